@@ -1,0 +1,78 @@
+# AF_SD: top-level build.  See README.md and Documentation/testing.rst.
+#
+#   make                  module and user space (libsd, sdrun, sdctl, tests)
+#   make demo             the main job: boot the test VM, load the module,
+#                         create and close AF_SD sockets, print what happened
+#   make check            every test (style, unit, host, VM), one summary line
+#   make vm-shell CMD=..  run CMD in the test VM with the module loaded
+#   make install modules_install dkms-install style clean
+
+KVER    ?= $(shell scripts/kver 2>/dev/null)
+KDIR    ?= /lib/modules/$(KVER)/build
+BUILD   ?= $(CURDIR)/build
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' dkms.conf)
+
+USER_BUILD := $(BUILD)/user
+CMAKE_TYPE ?= RelWithDebInfo
+
+.PHONY: all module user demo check check-unit check-host check-vm style \
+	install modules_install dkms-install dkms-remove clean vm-shell
+
+all: module user
+
+module:
+	@test -d "$(KDIR)" || { echo "no kernel build dir $(KDIR): run scripts/install-deps" >&2; exit 1; }
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/kernel SD_UAPI=$(CURDIR)/include/uapi modules
+
+$(USER_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(USER_BUILD) -DCMAKE_BUILD_TYPE=$(CMAKE_TYPE) \
+		-DCMAKE_INSTALL_PREFIX=$(PREFIX)
+
+user: $(USER_BUILD)/CMakeCache.txt
+	cmake --build $(USER_BUILD) -j$(shell nproc)
+
+demo: all
+	tests/vm/run -- tests/demo.sh
+
+check:
+	scripts/check
+
+check-unit: user
+	scripts/check unit
+
+check-host: all
+	scripts/check host
+
+check-vm: all
+	scripts/check vm
+
+vm-shell: all
+	tests/vm/run -- sh -c '$(CMD)'
+
+style:
+	scripts/checkpatch
+
+install: user modules_install
+	cmake --install $(USER_BUILD)
+	install -D -m 644 include/uapi/linux/sd.h $(DESTDIR)$(PREFIX)/include/linux/sd.h
+
+modules_install: module
+	$(MAKE) -C $(KDIR) M=$(CURDIR)/kernel SD_UAPI=$(CURDIR)/include/uapi modules_install
+	depmod -a $(KVER)
+
+# DKMS builds the module for every installed kernel, now and on upgrades.
+dkms-install:
+	rm -rf $(DESTDIR)/usr/src/af_sd-$(VERSION)
+	install -d $(DESTDIR)/usr/src/af_sd-$(VERSION)/kernel $(DESTDIR)/usr/src/af_sd-$(VERSION)/include/uapi/linux
+	install -m 644 dkms.conf $(DESTDIR)/usr/src/af_sd-$(VERSION)/
+	install -m 644 kernel/Kbuild kernel/*.c kernel/*.h $(DESTDIR)/usr/src/af_sd-$(VERSION)/kernel/
+	install -m 644 include/uapi/linux/sd.h $(DESTDIR)/usr/src/af_sd-$(VERSION)/include/uapi/linux/
+	dkms install af_sd/$(VERSION)
+
+dkms-remove:
+	dkms remove af_sd/$(VERSION) --all
+
+clean:
+	-$(MAKE) -C $(KDIR) M=$(CURDIR)/kernel clean
+	rm -rf $(BUILD)
