@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * AF_SD: definitions shared by the files of af_sd.ko.
+ *
+ * Objects and locks (outermost first; never take them the other way):
+ *
+ *   lock_sock(sk)          an endpoint's own state; held by every call on
+ *                          that socket (and across send or receive waits
+ *                          through sk_wait_event, which drops it)
+ *   sd_net.bind_lock       the per-netns tables of bound sockets and of
+ *                          listening groups (spinlock)
+ *   sd_group.lock          membership and accept queues of one listening
+ *                          group (spinlock)
+ *   sd_conn.lock           the two endpoints' sk_shutdown and sk_err and
+ *                          conn->end[] (spinlock)
+ *
+ * A connection (struct sd_conn) joins two endpoints and owns the two rings.
+ * Each endpoint holds one reference on it.  conn->end[] is published with
+ * RCU: an endpoint that wakes its peer reads conn->end[] under
+ * rcu_read_lock(), and every AF_SD socket is freed after a grace period
+ * (SOCK_RCU_FREE), so the peer's struct sock stays valid for the wake-up
+ * even while it is being closed.
+ *
+ * Per ring, the producing endpoint's socket lock serialises the kernel's
+ * producer state and the consuming endpoint's socket lock the consumer
+ * state; the two sides meet only in ring memory, by the ordering rules of
+ * include/uapi/linux/sd.h.
+ */
+#ifndef _AF_SD_H
+#define _AF_SD_H
+
+#include <linux/in6.h>
+#include <linux/mutex.h>
+#include <linux/refcount.h>
+#include <linux/wait.h>
+#include <net/sock.h>
+#include <linux/sd.h>
+
+#define SD_MODULE_VERSION "0.2"
+
+struct sd_net;
+struct sd_group;
+
+/*
+ * The kernel's view of one ring.  hdr and data point into the vmap of the
+ * ring's pages, which user space may write at any time: read every shared
+ * field once, and check it.
+ */
+struct sd_ring {
+	struct page	**pages;
+	unsigned int	nr_pages;
+	void		*vaddr;		/* vmap of all pages */
+	u8		*data;		/* the data area */
+	u32		size;		/* bytes in the data area (power of 2) */
+
+	/* Producer state: the producing endpoint's socket lock. */
+	u64		tail;
+	u64		credit;		/* last credit accepted */
+
+	/* Consumer state: the consuming endpoint's socket lock. */
+	u64		head;		/* position of the current record */
+	u32		rec_off;	/* bytes of it already consumed */
+	u64		published;	/* last credit written to the ring */
+};
+
+/* Layout of a ring's first page (private: user space gets offsets). */
+struct sd_ring_hdr {
+	u32	prod_flags;			/* producer's cache lines */
+	u8	pad0[124];
+	u64	consumer;			/* consumer's cache lines */
+	u32	cons_flags;
+	u8	pad1[116];
+};
+
+#define SD_RING_HDR_PROD	0
+#define SD_RING_HDR_CONS	128
+
+/* Connection state shared by the two endpoints. */
+struct sd_conn {
+	refcount_t		ref;
+	spinlock_t		lock;		/* end[], both sk_shutdown/sk_err */
+	struct sock __rcu	*end[2];	/* 0: connecting side */
+	struct sd_ring		ring[2];	/* ring[i]: end[i] produces */
+	/* end[i] closed or reset: written under lock, read with READ_ONCE. */
+	bool			gone[2];
+	bool			reset;
+};
+
+/* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
+struct sd_addr {
+	struct in6_addr	addr;
+	__be16		port;
+};
+
+/* One AF_SD socket.  struct sock comes first (sk_alloc sizes it). */
+struct sd_sock {
+	struct sock		sk;
+
+	/* How addresses are shown: AF_INET or AF_INET6. */
+	sa_family_t		family;
+	bool			bound;		/* has a local port */
+	bool			nodelay;	/* TCP_NODELAY, stored only */
+	bool			connecting;	/* non-blocking connect reported */
+	u8			side;		/* index in conn->end[] */
+
+	struct sd_addr		local;
+	struct sd_addr		peer;
+
+	/* In sd_net.bind_table while bound; under bind_lock. */
+	struct hlist_node	bind_node;
+
+	/*
+	 * The connection, from connect or accept until release: it is never
+	 * cleared earlier, so a lockless reader (poll, mmap) that saw it may
+	 * use it for as long as it holds the file.
+	 */
+	struct sd_conn		*conn;
+
+	/* Listening: its group and accept queue; queued: the link. */
+	struct sd_group		*group;
+	struct list_head	group_node;	/* listener: in group->members */
+	struct list_head	accept_list;	/* listener: queue head */
+	struct list_head	accept_node;	/* child: link in a queue */
+
+	/* One sender and one receiver at a time, for whole calls. */
+	struct mutex		send_mutex;	/* whole sendmsg calls */
+	struct mutex		recv_mutex;	/* whole recvmsg calls */
+};
+
+static inline struct sd_sock *sd_sk(const struct sock *sk)
+{
+	return (struct sd_sock *)sk;
+}
+
+/*
+ * sk_state holds TCP's state values (generic code such as SO_ACCEPTCONN
+ * looks for TCP_LISTEN).  Not inet_sk_state_store(): its tracepoint reads
+ * struct inet_sock, which an AF_SD socket is not.
+ */
+static inline void sd_set_state(struct sock *sk, int state)
+{
+	/* Pairs with sd_get_state(): state after what it describes. */
+	smp_store_release(&sk->sk_state, state);
+}
+
+static inline int sd_get_state(const struct sock *sk)
+{
+	/* Pairs with sd_set_state(). */
+	return smp_load_acquire(&sk->sk_state);
+}
+
+static inline struct sd_ring *sd_tx(struct sd_sock *ss)
+{
+	return &ss->conn->ring[ss->side];
+}
+
+static inline struct sd_ring *sd_rx(struct sd_sock *ss)
+{
+	return &ss->conn->ring[!ss->side];
+}
+
+/*
+ * A listening group: the listeners of one address and port (several only
+ * with SO_REUSEPORT).  Connections are dispatched round robin over the
+ * members; an accept on an empty queue takes from a sibling's.
+ */
+struct sd_group {
+	refcount_t		ref;
+	spinlock_t		lock;		/* members, their accept queues */
+	struct hlist_node	node;		/* sd_net.listen_table */
+	struct sd_addr		addr;
+	bool			reuseport;
+	kuid_t			uid;		/* owner, for SO_REUSEPORT */
+	unsigned int		nr_members;
+	unsigned int		next;		/* round-robin cursor */
+	struct list_head	members;	/* sd_sock.group_node */
+};
+
+/* Per network namespace state. */
+#define SD_HASH_BITS	10
+
+struct sd_net {
+	spinlock_t		bind_lock;	/* bind_table, listen_table */
+	struct hlist_head	bind_table[1 << SD_HASH_BITS];
+	struct hlist_head	listen_table[1 << SD_HASH_BITS];
+	/* Connects that wait for room in a full backlog. */
+	wait_queue_head_t	backlog_wait;
+	u32			port_rover;
+
+	/* sysctls (net.sd.*), see sd_sysctl.c */
+	int			port_range[2];
+	int			ring_size;
+	struct ctl_table_header	*sysctl_hdr;
+};
+
+struct sd_net *sd_net(const struct net *net);
+
+/* sd_main.c */
+extern struct proto sd_proto;
+extern const struct proto_ops sd_stream_ops;
+struct sock *sd_sk_alloc(struct net *net, struct socket *sock, int kern);
+
+/* sd_ring.c */
+int sd_ring_alloc(struct sd_ring *ring, u32 size);
+void sd_ring_free(struct sd_ring *ring);
+struct sd_ring_hdr *sd_ring_hdr(const struct sd_ring *ring);
+int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
+		  size_t *done);
+int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
+		 bool peek, size_t *done);
+int sd_ring_readable(struct sd_ring *ring, size_t *bytes);
+int sd_ring_space(struct sd_ring *ring, u32 *space);
+bool sd_ring_credit(struct sd_ring *ring, bool force);
+void sd_ring_set_flags(struct sd_ring *ring, unsigned int off, u32 flags);
+void sd_ring_clear_flags(struct sd_ring *ring, unsigned int off, u32 flags);
+u32 sd_ring_get_flags(struct sd_ring *ring, unsigned int off);
+int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma);
+void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off);
+
+/* sd_conn.c: addresses, bind, listen, connect, accept, close */
+int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len);
+int sd_listen(struct socket *sock, int backlog);
+int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
+	       int flags);
+int sd_accept(struct socket *sock, struct socket *newsock, int flags,
+	      bool kern);
+int sd_getname(struct socket *sock, struct sockaddr *uaddr, int peer);
+void sd_unhash(struct sock *sk);
+void sd_listen_stop(struct sock *sk);
+void sd_conn_put(struct sd_conn *conn);
+void sd_conn_close(struct sock *sk, bool reset);
+void sd_conn_shutdown(struct sock *sk, int how);
+void sd_conn_peer_gone(struct sock *sk);
+void sd_conn_corrupt(struct sock *sk);
+void sd_wake_peer(struct sock *sk, bool data);
+
+/* sd_data.c: send, receive, poll, ioctl, options */
+int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len);
+int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
+	       int flags);
+__poll_t sd_poll(struct file *file, struct socket *sock,
+		 struct poll_table_struct *wait);
+int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg);
+int sd_setsockopt(struct socket *sock, int level, int optname,
+		  sockptr_t optval, unsigned int optlen);
+int sd_getsockopt(struct socket *sock, int level, int optname,
+		  char __user *optval, int __user *optlen);
+int sd_mmap(struct file *file, struct socket *sock,
+	    struct vm_area_struct *vma);
+int sd_shutdown(struct socket *sock, int how);
+bool sd_rx_unread(struct sd_sock *ss);
+
+/* sd_sysctl.c */
+int sd_sysctl_register(struct net *net, struct sd_net *sn);
+void sd_sysctl_unregister(struct sd_net *sn);
+
+#endif /* _AF_SD_H */

@@ -1,0 +1,1000 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * AF_SD connection setup: addresses, bind and ports, listen and listening
+ * groups (SO_REUSEPORT), connect and dispatch, accept and work stealing,
+ * and the end of a connection (shutdown, close, reset).
+ *
+ * Everything here is per network namespace (struct sd_net); a socket only
+ * ever finds listeners of its own namespace.  Lock order: see af_sd.h.
+ */
+#define pr_fmt(fmt) "af_sd: " fmt
+
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/log2.h>
+#include <linux/slab.h>
+#include <net/addrconf.h>
+#include <net/ip.h>
+#include <net/ipv6.h>
+#include <net/route.h>
+#include <net/sock.h>
+#include <net/tcp_states.h>
+
+#include "af_sd.h"
+
+/* ---- addresses ---------------------------------------------------- */
+
+static bool sd_addr_is_v4(const struct in6_addr *a)
+{
+	return ipv6_addr_v4mapped(a);
+}
+
+/* 0.0.0.0 (as ::ffff:0.0.0.0) or :: */
+static bool sd_addr_any(const struct in6_addr *a)
+{
+	return ipv6_addr_any(a) || (sd_addr_is_v4(a) && !a->s6_addr32[3]);
+}
+
+/* Does a socket bound to @bound receive connections for @dst? */
+static bool sd_addr_covers(const struct in6_addr *bound,
+			   const struct in6_addr *dst)
+{
+	if (ipv6_addr_any(bound))
+		return true;			/* :: takes v4 and v6 */
+	if (sd_addr_is_v4(bound) && !bound->s6_addr32[3])
+		return sd_addr_is_v4(dst);	/* 0.0.0.0 takes v4 */
+	return ipv6_addr_equal(bound, dst);
+}
+
+static bool sd_addr_overlap(const struct in6_addr *a, const struct in6_addr *b)
+{
+	return sd_addr_covers(a, b) || sd_addr_covers(b, a);
+}
+
+/*
+ * Parse a sockaddr_in or sockaddr_in6 from user space.  A socket shows its
+ * addresses in the family it first used; another family later is
+ * EAFNOSUPPORT, as for TCP.
+ */
+static int sd_addr_parse(struct sd_sock *ss, const struct sockaddr *uaddr,
+			 int len, struct sd_addr *a, sa_family_t *family)
+{
+	if (len < (int)sizeof(sa_family_t))
+		return -EINVAL;
+
+	switch (uaddr->sa_family) {
+	case AF_INET: {
+		const struct sockaddr_in *sin = (const void *)uaddr;
+
+		if (len < (int)sizeof(*sin))
+			return -EINVAL;
+		ipv6_addr_set_v4mapped(sin->sin_addr.s_addr, &a->addr);
+		a->port = sin->sin_port;
+		break;
+	}
+	case AF_INET6: {
+		const struct sockaddr_in6 *sin6 = (const void *)uaddr;
+
+		if (len < SIN6_LEN_RFC2133)
+			return -EINVAL;
+		a->addr = sin6->sin6_addr;
+		a->port = sin6->sin6_port;
+		break;
+	}
+	default:
+		return -EAFNOSUPPORT;
+	}
+
+	if ((ss->bound || ss->conn) && uaddr->sa_family != ss->family)
+		return -EAFNOSUPPORT;
+	*family = uaddr->sa_family;
+	return 0;
+}
+
+/* Is @a an address of this host in @net (or a wildcard)? */
+static bool sd_addr_local(struct net *net, const struct in6_addr *a)
+{
+	if (sd_addr_any(a))
+		return true;
+	if (sd_addr_is_v4(a))
+		return inet_addr_type(net, a->s6_addr32[3]) == RTN_LOCAL;
+#if IS_ENABLED(CONFIG_IPV6)
+	return ipv6_chk_addr(net, a, NULL, 0);
+#else
+	return false;
+#endif
+}
+
+static int sd_addr_fill(sa_family_t family, const struct sd_addr *a,
+			struct sockaddr *uaddr)
+{
+	struct sockaddr_in6 *sin6;
+
+	if (family == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)uaddr;
+
+		memset(sin, 0, sizeof(*sin));
+		sin->sin_family = AF_INET;
+		sin->sin_port = a->port;
+		sin->sin_addr.s_addr = a->addr.s6_addr32[3];
+		return sizeof(*sin);
+	}
+
+	sin6 = (struct sockaddr_in6 *)uaddr;
+	memset(sin6, 0, sizeof(*sin6));
+	sin6->sin6_family = AF_INET6;
+	sin6->sin6_port = a->port;
+	sin6->sin6_addr = a->addr;
+	return sizeof(*sin6);
+}
+
+int sd_getname(struct socket *sock, struct sockaddr *uaddr, int peer)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_addr a = {};
+	int len;
+
+	lock_sock(sk);
+	if (peer) {
+		if (!ss->conn || sk->sk_state == TCP_CLOSE) {
+			release_sock(sk);
+			return -ENOTCONN;
+		}
+		a = ss->peer;
+	} else if (ss->bound) {
+		a = ss->local;
+	} else if (ss->family == AF_INET) {
+		ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &a.addr);
+	}
+	len = sd_addr_fill(ss->family, &a, uaddr);
+	release_sock(sk);
+	return len;
+}
+
+/* ---- ports ----------------------------------------------------------- */
+
+static struct hlist_head *sd_bind_head(struct sd_net *sn, __be16 port)
+{
+	return &sn->bind_table[ntohs(port) & ((1 << SD_HASH_BITS) - 1)];
+}
+
+static struct hlist_head *sd_listen_head(struct sd_net *sn, __be16 port)
+{
+	return &sn->listen_table[ntohs(port) & ((1 << SD_HASH_BITS) - 1)];
+}
+
+/* May @sk take @a while @other holds the same port?  TCP's rules. */
+static bool sd_bind_conflict(const struct sock *sk, const struct sd_addr *a,
+			     const struct sock *other)
+{
+	const struct sd_sock *os = sd_sk(other);
+
+	if (os->local.port != a->port ||
+	    !sd_addr_overlap(&os->local.addr, &a->addr))
+		return false;
+	if (sk->sk_reuseport && other->sk_reuseport &&
+	    uid_eq(sk->sk_uid, other->sk_uid))
+		return false;
+	if (sk->sk_reuse && other->sk_reuse && other->sk_state != TCP_LISTEN)
+		return false;
+	return true;
+}
+
+static bool sd_port_in_use(struct sd_net *sn, struct sock *sk,
+			   const struct sd_addr *a)
+{
+	struct sd_sock *other;
+
+	lockdep_assert_held(&sn->bind_lock);
+	hlist_for_each_entry(other, sd_bind_head(sn, a->port), bind_node)
+		if (&other->sk != sk && sd_bind_conflict(sk, a, &other->sk))
+			return true;
+	return false;
+}
+
+static void sd_hash(struct sd_net *sn, struct sock *sk)
+{
+	lockdep_assert_held(&sn->bind_lock);
+	hlist_add_head(&sd_sk(sk)->bind_node,
+		       sd_bind_head(sn, sd_sk(sk)->local.port));
+	sd_sk(sk)->bound = true;
+}
+
+/*
+ * Take the port of @a for @sk; port 0 picks a free one from net.sd.port_range
+ * (no other socket of this netns holds it, whatever its address).
+ */
+static int sd_get_port(struct sock *sk, struct sd_addr *a)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+	int low, high, range, i;
+	int err = 0;
+
+	spin_lock(&sn->bind_lock);
+	if (a->port) {
+		if (sd_port_in_use(sn, sk, a))
+			err = -EADDRINUSE;
+		goto out;
+	}
+
+	low = READ_ONCE(sn->port_range[0]);
+	high = READ_ONCE(sn->port_range[1]);
+	range = high - low + 1;
+	for (i = 0; i < range; i++) {
+		struct sd_addr probe = *a;
+		struct sd_sock *other;
+		bool used = false;
+
+		probe.port = htons(low + (sn->port_rover + i) % range);
+		hlist_for_each_entry(other, sd_bind_head(sn, probe.port),
+				     bind_node) {
+			if (other->local.port == probe.port) {
+				used = true;
+				break;
+			}
+		}
+		if (!used) {
+			sn->port_rover += i + 1;
+			a->port = probe.port;
+			goto out;
+		}
+	}
+	err = -EADDRNOTAVAIL;
+out:
+	if (!err) {
+		sd_sk(sk)->local = *a;
+		sd_hash(sn, sk);
+	}
+	spin_unlock(&sn->bind_lock);
+	return err;
+}
+
+void sd_unhash(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_net *sn = sd_net(sock_net(sk));
+
+	if (!ss->bound)
+		return;
+	spin_lock(&sn->bind_lock);
+	hlist_del_init(&ss->bind_node);
+	ss->bound = false;
+	spin_unlock(&sn->bind_lock);
+}
+
+int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct net *net = sock_net(sk);
+	sa_family_t family;
+	struct sd_addr a;
+	int err;
+
+	lock_sock(sk);
+	err = sd_addr_parse(ss, uaddr, addr_len, &a, &family);
+	if (err)
+		goto out;
+
+	err = -EINVAL;
+	if (ss->bound || ss->conn || sk->sk_state != TCP_CLOSE)
+		goto out;
+
+	err = -EADDRNOTAVAIL;
+	if (!sd_addr_local(net, &a.addr))
+		goto out;
+
+	err = -EACCES;
+	if (a.port && inet_port_requires_bind_service(net, ntohs(a.port)) &&
+	    !ns_capable(net->user_ns, CAP_NET_BIND_SERVICE))
+		goto out;
+
+	err = sd_get_port(sk, &a);
+	if (!err)
+		ss->family = family;
+out:
+	release_sock(sk);
+	return err;
+}
+
+/* ---- listening groups ---------------------------------------------- */
+
+static void sd_group_put(struct sd_group *g)
+{
+	if (refcount_dec_and_test(&g->ref))
+		kfree(g);
+}
+
+/* The group of listeners that takes a connection to @dst, with a ref. */
+static struct sd_group *sd_group_lookup(struct sd_net *sn,
+					const struct sd_addr *dst)
+{
+	struct sd_group *g, *best = NULL;
+
+	spin_lock(&sn->bind_lock);
+	hlist_for_each_entry(g, sd_listen_head(sn, dst->port), node) {
+		if (g->addr.port != dst->port ||
+		    !sd_addr_covers(&g->addr.addr, &dst->addr))
+			continue;
+		/* An exact address beats a wildcard, as in TCP. */
+		if (!best || !sd_addr_any(&g->addr.addr))
+			best = g;
+		if (!sd_addr_any(&g->addr.addr))
+			break;
+	}
+	if (best)
+		refcount_inc(&best->ref);
+	spin_unlock(&sn->bind_lock);
+	return best;
+}
+
+int sd_listen(struct socket *sock, int backlog)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sd_group *g, *fresh;
+	unsigned int somaxconn = READ_ONCE(sock_net(sk)->core.sysctl_somaxconn);
+	int err;
+
+	if ((unsigned int)backlog > somaxconn)
+		backlog = somaxconn;
+
+	lock_sock(sk);
+	err = -EINVAL;
+	if (sock->state != SS_UNCONNECTED || ss->conn)
+		goto out;
+	if (sk->sk_state == TCP_LISTEN) {
+		WRITE_ONCE(sk->sk_max_ack_backlog, backlog);
+		err = 0;
+		goto out;
+	}
+
+	if (!ss->bound) {
+		struct sd_addr any = {};
+
+		if (ss->family == AF_INET)
+			ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &any.addr);
+		err = sd_get_port(sk, &any);
+		if (err)
+			goto out;
+	}
+
+	err = -ENOMEM;
+	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
+	if (!fresh)
+		goto out;
+	refcount_set(&fresh->ref, 1);
+	spin_lock_init(&fresh->lock);
+	INIT_LIST_HEAD(&fresh->members);
+	fresh->addr = ss->local;
+	fresh->reuseport = sk->sk_reuseport;
+	fresh->uid = sk->sk_uid;
+
+	spin_lock(&sn->bind_lock);
+	/* Another listener on an overlapping address and this port? */
+	hlist_for_each_entry(g, sd_listen_head(sn, ss->local.port), node) {
+		if (g->addr.port != ss->local.port ||
+		    !sd_addr_overlap(&g->addr.addr, &ss->local.addr))
+			continue;
+		if (!ipv6_addr_equal(&g->addr.addr, &ss->local.addr) ||
+		    !g->reuseport || !sk->sk_reuseport ||
+		    !uid_eq(g->uid, sk->sk_uid)) {
+			err = -EADDRINUSE;
+			goto out_unlock;
+		}
+		break;
+	}
+	if (!g) {
+		g = fresh;
+		fresh = NULL;
+		hlist_add_head(&g->node, sd_listen_head(sn, ss->local.port));
+	} else {
+		refcount_inc(&g->ref);
+	}
+
+	spin_lock(&g->lock);
+	list_add_tail(&ss->group_node, &g->members);
+	g->nr_members++;
+	ss->group = g;
+	WRITE_ONCE(sk->sk_max_ack_backlog, backlog);
+	WRITE_ONCE(sk->sk_ack_backlog, 0);
+	sd_set_state(sk, TCP_LISTEN);
+	spin_unlock(&g->lock);
+	err = 0;
+out_unlock:
+	spin_unlock(&sn->bind_lock);
+	kfree(fresh);
+out:
+	release_sock(sk);
+	return err;
+}
+
+/* The connections still queued when a listener stops are reset. */
+static void sd_drop_child(struct sock *child)
+{
+	lock_sock(child);
+	sd_conn_close(child, true);
+	sd_conn_put(sd_sk(child)->conn);
+	sd_sk(child)->conn = NULL;
+	sd_unhash(child);
+	sd_set_state(child, TCP_CLOSE);
+	release_sock(child);
+	sock_orphan(child);
+	sock_put(child);
+}
+
+void sd_listen_stop(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk), *child, *tmp;
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sd_group *g = ss->group;
+	LIST_HEAD(dropped);
+
+	if (!g)
+		return;
+
+	spin_lock(&sn->bind_lock);
+	spin_lock(&g->lock);
+	list_del_init(&ss->group_node);
+	list_splice_init(&ss->accept_list, &dropped);
+	WRITE_ONCE(sk->sk_ack_backlog, 0);
+	if (!--g->nr_members)
+		hlist_del_init(&g->node);
+	sd_set_state(sk, TCP_CLOSE);
+	spin_unlock(&g->lock);
+	spin_unlock(&sn->bind_lock);
+	ss->group = NULL;
+	sd_group_put(g);
+
+	list_for_each_entry_safe(child, tmp, &dropped, accept_node) {
+		list_del_init(&child->accept_node);
+		sd_drop_child(&child->sk);
+	}
+	/* Accepts asleep on this listener see it stopped. */
+	sk->sk_state_change(sk);
+	wake_up_interruptible_all(&sn->backlog_wait);
+}
+
+/*
+ * Queue @child on a member of @g, round robin over members whose backlog
+ * has room.  Returns 0, -EAGAIN when every backlog is full, or
+ * -ECONNREFUSED when the group has no member left.
+ */
+static int sd_group_enqueue(struct sd_group *g, struct sock *child)
+{
+	struct sd_sock *m, *chosen = NULL;
+	unsigned int i, n;
+	int err = -ECONNREFUSED;
+
+	spin_lock(&g->lock);
+	n = g->nr_members;
+	for (i = 0; i < n && !chosen; i++) {
+		unsigned int want = (g->next + i) % n, j = 0;
+
+		list_for_each_entry(m, &g->members, group_node) {
+			if (j++ != want)
+				continue;
+			if (!sk_acceptq_is_full(&m->sk)) {
+				chosen = m;
+				g->next = want + 1;
+			}
+			break;
+		}
+	}
+	if (chosen) {
+		struct sock *lsk = &chosen->sk;
+
+		list_add_tail(&sd_sk(child)->accept_node, &chosen->accept_list);
+		sk_acceptq_added(lsk);
+		lsk->sk_data_ready(lsk);
+		/* Nobody waits there: let an idle sibling steal it. */
+		if (!skwq_has_sleeper(rcu_dereference_raw(lsk->sk_wq))) {
+			list_for_each_entry(m, &g->members, group_node)
+				if (m != chosen)
+					m->sk.sk_data_ready(&m->sk);
+		}
+		err = 0;
+	} else if (n) {
+		err = -EAGAIN;
+	}
+	spin_unlock(&g->lock);
+	return err;
+}
+
+/* Take a queued connection: from @sk's own queue, else from a sibling. */
+static struct sock *sd_accept_dequeue(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk), *from = NULL, *m, *child = NULL;
+	struct sd_group *g = ss->group;
+
+	if (!g)
+		return NULL;
+	spin_lock(&g->lock);
+	if (!list_empty(&ss->accept_list)) {
+		from = ss;
+	} else {
+		list_for_each_entry(m, &g->members, group_node) {
+			if (!list_empty(&m->accept_list)) {
+				from = m;
+				break;
+			}
+		}
+	}
+	if (from) {
+		child = list_first_entry(&from->accept_list, struct sd_sock,
+					 accept_node);
+		list_del_init(&child->accept_node);
+		sk_acceptq_removed(&from->sk);
+	}
+	spin_unlock(&g->lock);
+	return child ? &child->sk : NULL;
+}
+
+static bool sd_accept_ready(struct sock *sk)
+{
+	struct sd_group *g = sd_sk(sk)->group;
+	struct sd_sock *m;
+	bool ready = false;
+
+	if (!g || sk->sk_state != TCP_LISTEN)
+		return true;
+	spin_lock(&g->lock);
+	list_for_each_entry(m, &g->members, group_node) {
+		if (!list_empty(&m->accept_list)) {
+			ready = true;
+			break;
+		}
+	}
+	spin_unlock(&g->lock);
+	return ready;
+}
+
+int sd_accept(struct socket *sock, struct socket *newsock, int flags,
+	      bool kern)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sock *sk = sock->sk;
+	struct sock *child = NULL;
+	long timeo;
+	int err;
+
+	lock_sock(sk);
+	timeo = sock_rcvtimeo(sk, flags & O_NONBLOCK);
+	add_wait_queue(sk_sleep(sk), &wait);
+	for (;;) {
+		err = -EINVAL;
+		if (sk->sk_state != TCP_LISTEN)
+			break;
+		child = sd_accept_dequeue(sk);
+		if (child) {
+			err = 0;
+			break;
+		}
+		err = -EAGAIN;
+		if (!timeo)
+			break;
+		err = sock_intr_errno(timeo);
+		if (signal_pending(current))
+			break;
+		sk_wait_event(sk, &timeo, sd_accept_ready(sk), &wait);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	release_sock(sk);
+	if (err)
+		return err;
+
+	wake_up_interruptible(&sd_net(sock_net(sk))->backlog_wait);
+
+	lock_sock(child);
+	sock_graft(child, newsock);
+	newsock->state = SS_CONNECTED;
+	release_sock(child);
+	return 0;
+}
+
+/* ---- connections ---------------------------------------------------- */
+
+void sd_conn_put(struct sd_conn *conn)
+{
+	if (!refcount_dec_and_test(&conn->ref))
+		return;
+	sd_ring_free(&conn->ring[0]);
+	sd_ring_free(&conn->ring[1]);
+	kfree(conn);
+}
+
+/* Ring size from SO_SNDBUF/SO_RCVBUF when the user set one, else sysctl. */
+static u32 sd_ring_size(struct sock *sk, bool tx)
+{
+	int def = READ_ONCE(sd_net(sock_net(sk))->ring_size);
+	int want = def;
+
+	if (tx && (sk->sk_userlocks & SOCK_SNDBUF_LOCK))
+		want = READ_ONCE(sk->sk_sndbuf) / 2;
+	else if (!tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
+		want = READ_ONCE(sk->sk_rcvbuf) / 2;
+	want = clamp_t(int, want, SD_RING_MIN_SIZE, SD_RING_MAX_SIZE);
+	return roundup_pow_of_two(want);
+}
+
+static struct sd_conn *sd_conn_alloc(struct sock *sk)
+{
+	struct sd_conn *conn;
+	int err;
+
+	conn = kzalloc(sizeof(*conn),
+		       GFP_KERNEL_ACCOUNT | __GFP_NORETRY | __GFP_NOWARN);
+	if (!conn)
+		return NULL;
+	refcount_set(&conn->ref, 1);
+	spin_lock_init(&conn->lock);
+
+	err = sd_ring_alloc(&conn->ring[0], sd_ring_size(sk, true));
+	if (err)
+		goto err_free;
+	err = sd_ring_alloc(&conn->ring[1], sd_ring_size(sk, false));
+	if (err)
+		goto err_ring0;
+	return conn;
+
+err_ring0:
+	sd_ring_free(&conn->ring[0]);
+err_free:
+	kfree(conn);
+	return NULL;
+}
+
+/* Settings an accepted socket takes from its listener, as in TCP. */
+static void sd_child_inherit(struct sock *child, const struct sock *lsk)
+{
+	child->sk_uid = lsk->sk_uid;
+	child->sk_rcvtimeo = lsk->sk_rcvtimeo;
+	child->sk_sndtimeo = lsk->sk_sndtimeo;
+	child->sk_lingertime = lsk->sk_lingertime;
+	sock_valbool_flag(child, SOCK_LINGER, sock_flag(lsk, SOCK_LINGER));
+	child->sk_reuse = lsk->sk_reuse;
+	child->sk_reuseport = lsk->sk_reuseport;
+	child->sk_sndbuf = lsk->sk_sndbuf;
+	child->sk_rcvbuf = lsk->sk_rcvbuf;
+	child->sk_userlocks = lsk->sk_userlocks;
+	sd_sk(child)->nodelay = sd_sk(lsk)->nodelay;
+}
+
+/*
+ * Build a connection from @sk to the group @g: the server end, the rings,
+ * and a place in a listener's queue.  Waits for room in a full backlog
+ * unless @timeo is 0 (then -EAGAIN).  Called with @sk locked; the lock is
+ * dropped while waiting.
+ */
+static int sd_conn_establish(struct sock *sk, struct sd_group *g,
+			     const struct sd_addr *dst, long *timeo)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sd_sock *ss = sd_sk(sk), *cs;
+	struct net *net = sock_net(sk);
+	struct sd_net *sn = sd_net(net);
+	struct sd_conn *conn;
+	struct sock *child;
+	int err;
+
+	conn = sd_conn_alloc(sk);
+	if (!conn)
+		return -ENOMEM;
+
+	child = sd_sk_alloc(net, NULL, 0);
+	if (!child) {
+		sd_conn_put(conn);
+		return -ENOMEM;
+	}
+	cs = sd_sk(child);
+
+	/* The server end: the listener's address, or the one dialled. */
+	cs->local.addr = sd_addr_any(&g->addr.addr) ? dst->addr : g->addr.addr;
+	cs->local.port = g->addr.port;
+	cs->peer = ss->local;
+	cs->side = 1;
+	cs->conn = conn;
+	refcount_inc(&conn->ref);
+	rcu_assign_pointer(conn->end[1], child);
+	sd_set_state(child, TCP_ESTABLISHED);
+
+	/* Take the listener's settings from any member. */
+	spin_lock(&g->lock);
+	if (!list_empty(&g->members)) {
+		struct sd_sock *m = list_first_entry(&g->members,
+						     struct sd_sock, group_node);
+
+		sd_child_inherit(child, &m->sk);
+		cs->family = m->family;
+	}
+	spin_unlock(&g->lock);
+
+	spin_lock(&sn->bind_lock);
+	sd_hash(sn, child);
+	spin_unlock(&sn->bind_lock);
+
+	ss->peer = *dst;
+	ss->peer.addr = cs->local.addr;
+	ss->side = 0;
+	rcu_assign_pointer(conn->end[0], sk);
+
+	add_wait_queue(&sn->backlog_wait, &wait);
+	for (;;) {
+		err = sd_group_enqueue(g, child);
+		if (err != -EAGAIN || !*timeo)
+			break;
+		err = sock_intr_errno(*timeo);
+		if (signal_pending(current))
+			break;
+		release_sock(sk);
+		*timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, *timeo);
+		lock_sock(sk);
+		err = -EAGAIN;
+	}
+	remove_wait_queue(&sn->backlog_wait, &wait);
+	if (!err) {
+		/* Lockless readers (mmap) load it with acquire. */
+		smp_store_release(&ss->conn, conn);
+		return 0;
+	}
+
+	/* Undo: nobody but us has seen the connection. */
+	RCU_INIT_POINTER(conn->end[0], NULL);
+	RCU_INIT_POINTER(conn->end[1], NULL);
+	cs->conn = NULL;
+	sd_conn_put(conn);
+	sd_conn_put(conn);
+	sd_unhash(child);
+	sock_put(child);
+	return err;
+}
+
+int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
+	       int flags)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct net *net = sock_net(sk);
+	bool nonblock = flags & O_NONBLOCK;
+	bool autobound = false;
+	struct sd_group *g;
+	sa_family_t family;
+	struct sd_addr dst;
+	long timeo;
+	int err;
+
+	lock_sock(sk);
+	switch (sock->state) {
+	case SS_CONNECTED:
+		err = -EISCONN;
+		goto out;
+	case SS_CONNECTING:
+		/* A non-blocking connect was told EINPROGRESS: report. */
+		if (ss->conn && sk->sk_state != TCP_CLOSE) {
+			sock->state = SS_CONNECTED;
+			err = 0;
+		} else {
+			err = sock_error(sk) ? : -ECONNABORTED;
+			sock->state = SS_UNCONNECTED;
+		}
+		goto out;
+	default:
+		break;
+	}
+	err = -EISCONN;
+	if (sk->sk_state != TCP_CLOSE || ss->conn)
+		goto out;
+
+	err = sd_addr_parse(ss, uaddr, addr_len, &dst, &family);
+	if (err)
+		goto out;
+	/* A new attempt after a refused one starts afresh, as in TCP. */
+	WRITE_ONCE(sk->sk_shutdown, 0);
+
+	/* Connecting to a wildcard reaches this host, as with TCP. */
+	if (sd_addr_any(&dst.addr)) {
+		if (sd_addr_is_v4(&dst.addr))
+			ipv6_addr_set_v4mapped(htonl(INADDR_LOOPBACK), &dst.addr);
+		else
+			dst.addr = in6addr_loopback;
+	}
+
+	err = -ECONNREFUSED;
+	if (!dst.port || !sd_addr_local(net, &dst.addr))
+		goto refused;
+
+	if (!ss->bound) {
+		struct sd_addr any = {};
+
+		any.addr = dst.addr;
+		err = sd_get_port(sk, &any);
+		if (err)
+			goto out;
+		autobound = true;
+	} else if (sd_addr_any(&ss->local.addr)) {
+		ss->local.addr = dst.addr;
+	}
+	ss->family = family;
+
+	err = -ECONNREFUSED;
+	g = sd_group_lookup(sd_net(net), &dst);
+	if (!g)
+		goto refused;
+
+	timeo = sock_sndtimeo(sk, nonblock);
+	err = sd_conn_establish(sk, g, &dst, &timeo);
+	sd_group_put(g);
+	if (err)
+		goto refused;
+
+	sd_set_state(sk, TCP_ESTABLISHED);
+	if (nonblock) {
+		/* As TCP: the outcome is for poll and SO_ERROR to tell. */
+		sock->state = SS_CONNECTING;
+		err = -EINPROGRESS;
+	} else {
+		sock->state = SS_CONNECTED;
+	}
+	goto out;
+
+refused:
+	if (autobound)
+		sd_unhash(sk);
+	/* TCP's refused socket is shut both ways (tcp_done). */
+	if (err == -ECONNREFUSED)
+		WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
+	if (nonblock && err == -ECONNREFUSED) {
+		WRITE_ONCE(sk->sk_err, ECONNREFUSED);
+		sock->state = SS_CONNECTING;
+		sk_error_report(sk);
+		err = -EINPROGRESS;
+	}
+out:
+	release_sock(sk);
+	return err;
+}
+
+/* ---- the end of a connection ----------------------------------------- */
+
+static void sd_wake(struct sock *sk)
+{
+	sk->sk_state_change(sk);
+	sk->sk_data_ready(sk);
+	sk->sk_write_space(sk);
+}
+
+/* Wake the peer's readers (@data) or its writers. */
+void sd_wake_peer(struct sock *sk, bool data)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sock *peer;
+
+	rcu_read_lock();
+	peer = rcu_dereference(ss->conn->end[!ss->side]);
+	if (peer) {
+		if (data)
+			peer->sk_data_ready(peer);
+		else
+			peer->sk_write_space(peer);
+	}
+	rcu_read_unlock();
+}
+
+/*
+ * This end leaves the connection (the connection object itself stays with
+ * the socket until release, so lockless readers never see it go).  A reset
+ * (close with unread data, or SO_LINGER 0) gives the peer ECONNRESET, or
+ * EPIPE if it had seen the end of stream already, as TCP's RST does; a
+ * plain close gives it end of stream after the data in flight.  Called
+ * with @sk locked.
+ */
+void sd_conn_close(struct sock *sk, bool reset)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_conn *conn = ss->conn;
+	struct sock *peer;
+
+	if (!conn || READ_ONCE(conn->gone[ss->side]))
+		return;
+
+	rcu_read_lock();
+	spin_lock(&conn->lock);
+	peer = rcu_dereference_protected(conn->end[!ss->side],
+					 lockdep_is_held(&conn->lock));
+	RCU_INIT_POINTER(conn->end[ss->side], NULL);
+	WRITE_ONCE(conn->gone[ss->side], true);
+	sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
+	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_CLOSED);
+	if (reset) {
+		WRITE_ONCE(conn->reset, true);
+		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_RESET);
+		sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_RESET);
+	}
+	if (peer) {
+		if (reset) {
+			WRITE_ONCE(peer->sk_err,
+				   peer->sk_shutdown & RCV_SHUTDOWN ?
+				   EPIPE : ECONNRESET);
+			WRITE_ONCE(peer->sk_shutdown, SHUTDOWN_MASK);
+			sd_set_state(peer, TCP_CLOSE);
+		} else {
+			WRITE_ONCE(peer->sk_shutdown,
+				   peer->sk_shutdown | RCV_SHUTDOWN);
+			if (peer->sk_state == TCP_ESTABLISHED)
+				sd_set_state(peer, TCP_CLOSE_WAIT);
+		}
+	}
+	spin_unlock(&conn->lock);
+	if (peer) {
+		sd_wake(peer);
+		if (reset)
+			sk_error_report(peer);
+	}
+	rcu_read_unlock();
+}
+
+/*
+ * The peer closed and this end sends anyway: TCP would accept the bytes
+ * and the peer's RST would then fail the next call with EPIPE.  Do the
+ * same.  Called with @sk locked.
+ */
+void sd_conn_peer_gone(struct sock *sk)
+{
+	struct sd_conn *conn = sd_sk(sk)->conn;
+
+	spin_lock(&conn->lock);
+	WRITE_ONCE(sk->sk_err, EPIPE);
+	WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
+	sd_set_state(sk, TCP_CLOSE);
+	spin_unlock(&conn->lock);
+	sk_error_report(sk);
+	sd_wake(sk);
+}
+
+/*
+ * A corrupt ring resets the connection, for both ends.  The caller reports
+ * ECONNRESET itself; later calls see a closed socket (0 or EPIPE), as after
+ * a TCP reset.
+ */
+void sd_conn_corrupt(struct sock *sk)
+{
+	net_warn_ratelimited("af_sd: corrupt ring, connection reset (pid %d)\n",
+			     task_pid_nr(current));
+	spin_lock(&sd_sk(sk)->conn->lock);
+	WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
+	sd_set_state(sk, TCP_CLOSE);
+	spin_unlock(&sd_sk(sk)->conn->lock);
+	sd_conn_close(sk, true);
+	sd_wake(sk);
+}
+
+/* shutdown(2) on a connected socket.  Called with @sk locked. */
+void sd_conn_shutdown(struct sock *sk, int how)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_conn *conn = ss->conn;
+	struct sock *peer = NULL;
+
+	rcu_read_lock();
+	spin_lock(&conn->lock);
+	WRITE_ONCE(sk->sk_shutdown, sk->sk_shutdown | how);
+	if (how & SEND_SHUTDOWN) {
+		/* Rule 5: the last record is out; then the end of stream. */
+		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
+		peer = rcu_dereference_protected(conn->end[!ss->side],
+						 lockdep_is_held(&conn->lock));
+		if (peer) {
+			WRITE_ONCE(peer->sk_shutdown,
+				   peer->sk_shutdown | RCV_SHUTDOWN);
+			if (peer->sk_state == TCP_ESTABLISHED)
+				sd_set_state(peer, TCP_CLOSE_WAIT);
+		}
+	}
+	spin_unlock(&conn->lock);
+	if (peer)
+		sd_wake(peer);
+	rcu_read_unlock();
+	sd_wake(sk);
+}

@@ -1,0 +1,484 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * AF_SD data path through system calls: send, receive, poll, shutdown,
+ * ioctls, socket options and mapping the rings.
+ *
+ * This is the path a program takes without libsd, and the reference the
+ * fast path must match.  Its observable behaviour follows TCP over
+ * loopback; where it cannot, Documentation/af_sd.rst says so.
+ */
+#include <linux/mm.h>
+#include <linux/sockios.h>
+#include <linux/termios.h>
+#include <linux/tcp.h>
+#include <linux/uio.h>
+#include <net/sock.h>
+#include <net/tcp_states.h>
+
+#include "af_sd.h"
+
+/* The writer may go on when this much is free: a header and some bytes. */
+#define SD_TX_MIN_SPACE		(SD_REC_HDR_LEN + SD_REC_ALIGN)
+
+/* Free space in the TX ring, or -EPROTO for a corrupt credit. */
+static int sd_tx_space(struct sd_sock *ss)
+{
+	u32 space;
+	int err = sd_ring_space(sd_tx(ss), &space);
+
+	return err ? err : (int)min_t(u32, space, INT_MAX);
+}
+
+/* Has the peer, or this end, ended what a sender waits for? */
+static bool sd_tx_done(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	return READ_ONCE(sk->sk_err) ||
+	       (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN) ||
+	       READ_ONCE(ss->conn->gone[!ss->side]);
+}
+
+bool sd_rx_unread(struct sd_sock *ss)
+{
+	return ss->conn && !READ_ONCE(ss->conn->gone[ss->side]) &&
+	       sd_ring_readable(sd_rx(ss), NULL) != 0;
+}
+
+/* Serialise whole calls of one direction (decision 6). */
+static int sd_call_lock(struct mutex *m, bool nonblock)
+{
+	if (nonblock)
+		return mutex_trylock(m) ? 0 : -EAGAIN;
+	return mutex_lock_interruptible(m) ? -ERESTARTSYS : 0;
+}
+
+int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
+	size_t sent = 0;
+	long timeo;
+	int err;
+
+	if (msg->msg_flags & MSG_OOB)
+		return -EOPNOTSUPP;
+
+	err = sd_call_lock(&ss->send_mutex, nonblock);
+	if (err)
+		return err;
+
+	lock_sock(sk);
+	timeo = sock_sndtimeo(sk, nonblock);
+	add_wait_queue(sk_sleep(sk), &wait);
+	for (;;) {
+		size_t n;
+
+		if (READ_ONCE(sk->sk_err)) {
+			if (!sent)
+				err = sock_error(sk);
+			break;
+		}
+		err = -EPIPE;
+		if ((sk->sk_shutdown & SEND_SHUTDOWN) || !ss->conn)
+			break;
+		if (READ_ONCE(ss->conn->gone[!ss->side])) {
+			/* TCP takes these bytes, then the RST arrives. */
+			sd_conn_peer_gone(sk);
+			sent = len;
+			break;
+		}
+		err = 0;
+		if (sent == len)
+			break;
+
+		err = sd_ring_write(sd_tx(ss), &msg->msg_iter, len - sent, &n);
+		if (err == -EPROTO) {
+			sd_conn_corrupt(sk);
+			err = -ECONNRESET;
+			break;
+		}
+		if (err)
+			break;
+		if (n) {
+			sent += n;
+			sd_wake_peer(sk, true);
+			continue;
+		}
+
+		/* The ring is full. */
+		err = -EAGAIN;
+		if (!timeo)
+			break;
+		err = sock_intr_errno(timeo);
+		if (signal_pending(current))
+			break;
+		/* Rule 4: ask for credit, then look once more, then sleep. */
+		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD,
+				  SD_RING_NEED_CREDIT);
+		/* Flag store before the credit load (pairs: sd_ring_credit) */
+		smp_mb__after_atomic();
+		sk_wait_event(sk, &timeo,
+			      sd_tx_space(ss) >= SD_TX_MIN_SPACE ||
+			      sd_tx_space(ss) < 0 || sd_tx_done(sk), &wait);
+		sd_ring_clear_flags(sd_tx(ss), SD_RING_HDR_PROD,
+				    SD_RING_NEED_CREDIT);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	release_sock(sk);
+	mutex_unlock(&ss->send_mutex);
+
+	if (sent)
+		return sent;
+	if (err == -EPIPE && !(msg->msg_flags & MSG_NOSIGNAL))
+		send_sig(SIGPIPE, current, 0);
+	return err;
+}
+
+/* Publish credit if due (or @force) and wake the peer's writers. */
+static void sd_rx_credit(struct sock *sk, bool force)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	if (sd_ring_credit(sd_rx(ss), force))
+		sd_wake_peer(sk, false);
+}
+
+static bool sd_rx_wake_cond(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	return sd_ring_readable(sd_rx(ss), NULL) != 0 ||
+	       READ_ONCE(sk->sk_err) ||
+	       (READ_ONCE(sk->sk_shutdown) & RCV_SHUTDOWN);
+}
+
+int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
+	       int flags)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	bool nonblock = flags & MSG_DONTWAIT;
+	bool peek = flags & MSG_PEEK;
+	int copied = 0;
+	long timeo;
+	int target;
+	int err;
+
+	if (flags & MSG_OOB)
+		return -EINVAL;
+	if (flags & MSG_ERRQUEUE)
+		return -EAGAIN;
+
+	err = sd_call_lock(&ss->recv_mutex, nonblock);
+	if (err)
+		return err;
+
+	lock_sock(sk);
+	err = -ENOTCONN;
+	if (sk->sk_state == TCP_LISTEN || !ss->conn)
+		goto out;
+
+	len = min_t(size_t, len, INT_MAX);
+	timeo = sock_rcvtimeo(sk, nonblock);
+	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);
+	add_wait_queue(sk_sleep(sk), &wait);
+	for (;;) {
+		u8 shutdown = READ_ONCE(sk->sk_shutdown);
+		size_t n = 0;
+
+		/* Rule 5: end of stream is seen before the last look. */
+		smp_rmb();
+		if (!READ_ONCE(ss->conn->gone[ss->side])) {
+			err = sd_ring_read(sd_rx(ss), &msg->msg_iter,
+					   len - copied, peek, &n);
+			if (err == -EPROTO) {
+				sd_conn_corrupt(sk);
+				if (!copied)
+					copied = -ECONNRESET;
+				break;
+			}
+			if (err && !copied) {
+				copied = err;
+				break;
+			}
+		}
+		copied += n;
+		if (copied >= target || (peek && copied))
+			break;
+		if (READ_ONCE(sk->sk_err)) {
+			if (!copied)
+				copied = sock_error(sk);
+			break;
+		}
+		if (shutdown & RCV_SHUTDOWN)
+			break;
+		if (!timeo) {
+			if (!copied)
+				copied = -EAGAIN;
+			break;
+		}
+		if (signal_pending(current)) {
+			if (!copied)
+				copied = sock_intr_errno(timeo);
+			break;
+		}
+		/* About to sleep: give the writer all the room there is. */
+		if (!peek)
+			sd_rx_credit(sk, true);
+		sk_wait_event(sk, &timeo, sd_rx_wake_cond(sk), &wait);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	if (!peek && ss->conn && !READ_ONCE(ss->conn->gone[ss->side]))
+		sd_rx_credit(sk, sd_ring_readable(sd_rx(ss), NULL) == 0);
+	err = copied;
+out:
+	release_sock(sk);
+	mutex_unlock(&ss->recv_mutex);
+	return err;
+}
+
+/* Writable as poll sees it: a quarter of the ring free, as TCP's third. */
+static bool sd_tx_writable(struct sd_sock *ss)
+{
+	int space = sd_tx_space(ss);
+
+	return space < 0 || space >= (int)max_t(u32, sd_tx(ss)->size / 4,
+						 SD_TX_MIN_SPACE);
+}
+
+__poll_t sd_poll(struct file *file, struct socket *sock,
+		 struct poll_table_struct *wait)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_conn *conn;
+	__poll_t mask = 0;
+	u8 shutdown;
+	int state;
+
+	sock_poll_wait(file, sock, wait);
+
+	state = sd_get_state(sk);
+	if (state == TCP_LISTEN)
+		return list_empty_careful(&ss->accept_list) ? 0 :
+		       EPOLLIN | EPOLLRDNORM;
+
+	shutdown = READ_ONCE(sk->sk_shutdown);
+	if (shutdown == SHUTDOWN_MASK || state == TCP_CLOSE)
+		mask |= EPOLLHUP;
+	if (shutdown & RCV_SHUTDOWN)
+		mask |= EPOLLIN | EPOLLRDNORM | EPOLLRDHUP;
+
+	/* Pairs with the release in sd_conn_establish(). */
+	conn = smp_load_acquire(&ss->conn);
+	if (conn && !READ_ONCE(conn->gone[ss->side]) &&
+	    sd_ring_readable(sd_rx(ss), NULL))
+		mask |= EPOLLIN | EPOLLRDNORM;
+
+	if (shutdown & SEND_SHUTDOWN || !conn) {
+		/* A write would not block (it fails at once). */
+		mask |= EPOLLOUT | EPOLLWRNORM;
+	} else if (sd_tx_writable(ss)) {
+		mask |= EPOLLOUT | EPOLLWRNORM;
+	} else {
+		/* Rule 4: ask for credit; look again in case it came. */
+		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD,
+				  SD_RING_NEED_CREDIT);
+		/* Flag store before the credit load (pairs: sd_ring_credit) */
+		smp_mb__after_atomic();
+		if (sd_tx_writable(ss))
+			mask |= EPOLLOUT | EPOLLWRNORM;
+	}
+
+	/* sk_err is written before the state and shutdown read above. */
+	smp_rmb();
+	if (READ_ONCE(sk->sk_err))
+		mask |= EPOLLERR;
+	return mask;
+}
+
+int sd_shutdown(struct socket *sock, int how)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	int err = 0;
+
+	/* SHUT_RD, SHUT_WR, SHUT_RDWR to RCV_, SEND_ and both. */
+	how++;
+	if (how <= 0 || how > SHUTDOWN_MASK)
+		return -EINVAL;
+
+	lock_sock(sk);
+	if (sock->state == SS_CONNECTING)
+		sock->state = SS_CONNECTED;
+
+	if (sk->sk_state == TCP_LISTEN) {
+		if (how & RCV_SHUTDOWN)
+			sd_listen_stop(sk);
+	} else if (!ss->conn || sk->sk_state == TCP_CLOSE) {
+		/* As TCP: ENOTCONN, but the flags are set and waiters woken. */
+		err = -ENOTCONN;
+		WRITE_ONCE(sk->sk_shutdown, sk->sk_shutdown | how);
+		sk->sk_state_change(sk);
+	} else {
+		sd_conn_shutdown(sk, how);
+	}
+	release_sock(sk);
+	return err;
+}
+
+int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
+{
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	size_t bytes = 0;
+	int err = 0;
+
+	switch (cmd) {
+	case SIOCINQ:
+		lock_sock(sk);
+		if (sk->sk_state == TCP_LISTEN)
+			err = -EINVAL;
+		else if (ss->conn && !READ_ONCE(ss->conn->gone[ss->side]))
+			err = sd_ring_readable(sd_rx(ss), &bytes);
+		release_sock(sk);
+		if (err == -EPROTO) {
+			bytes = 0;
+			err = 0;
+		}
+		break;
+	case SIOCOUTQ:
+	case SIOCOUTQNSD:
+		/*
+		 * What was sent is already in the peer's receive ring, as
+		 * TCP data is once acknowledged: nothing waits to go out.
+		 */
+		if (sd_get_state(sk) == TCP_LISTEN)
+			err = -EINVAL;
+		break;
+	default:
+		return -ENOIOCTLCMD;
+	}
+	if (err < 0)
+		return err;
+	return put_user((int)min_t(size_t, bytes, INT_MAX), (int __user *)arg);
+}
+
+int sd_setsockopt(struct socket *sock, int level, int optname,
+		  sockptr_t optval, unsigned int optlen)
+{
+	struct sd_sock *ss = sd_sk(sock->sk);
+	int val;
+
+	/*
+	 * Linux 6.1 refuses SO_REUSEPORT on sockets that are not
+	 * AF_INET/AF_INET6 before any family sees it, so AF_SD offers the
+	 * same switch as SOL_SD/SD_REUSEPORT (libsd maps one to the other).
+	 */
+	if (level == SOL_SD && optname == SD_REUSEPORT) {
+		if (optlen < sizeof(int))
+			return -EINVAL;
+		if (copy_from_sockptr(&val, optval, sizeof(val)))
+			return -EFAULT;
+		lock_sock(sock->sk);
+		sock->sk->sk_reuseport = !!val;
+		release_sock(sock->sk);
+		return 0;
+	}
+	if (level != SOL_TCP)
+		return -ENOPROTOOPT;
+
+	switch (optname) {
+	case TCP_NODELAY:
+		/* Every send is visible at once: nothing to turn off. */
+		if (optlen < sizeof(int))
+			return -EINVAL;
+		if (copy_from_sockptr(&val, optval, sizeof(val)))
+			return -EFAULT;
+		WRITE_ONCE(ss->nodelay, !!val);
+		return 0;
+	default:
+		return -ENOPROTOOPT;
+	}
+}
+
+static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
+			       int __user *optlen)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_mmap_offsets off = {};
+	int len;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < (int)sizeof(off))
+		return -EINVAL;
+
+	lock_sock(sk);
+	if (!ss->conn) {
+		release_sock(sk);
+		return -ENOTCONN;
+	}
+	sd_ring_offsets(sd_tx(ss), &off.tx);
+	sd_ring_offsets(sd_rx(ss), &off.rx);
+	release_sock(sk);
+
+	len = sizeof(off);
+	if (copy_to_user(optval, &off, len) || put_user(len, optlen))
+		return -EFAULT;
+	return 0;
+}
+
+int sd_getsockopt(struct socket *sock, int level, int optname,
+		  char __user *optval, int __user *optlen)
+{
+	struct sock *sk = sock->sk;
+	int len, val;
+
+	if (level == SOL_SD && optname == SD_MMAP_OFFSETS)
+		return sd_get_mmap_offsets(sk, optval, optlen);
+	if (level == SOL_SD && optname == SD_REUSEPORT)
+		val = sk->sk_reuseport;
+	else if (level == SOL_TCP && optname == TCP_NODELAY)
+		val = READ_ONCE(sd_sk(sk)->nodelay);
+	else
+		return -ENOPROTOOPT;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < 0)
+		return -EINVAL;
+	len = min_t(int, len, sizeof(int));
+	if (put_user(len, optlen) || copy_to_user(optval, &val, len))
+		return -EFAULT;
+	return 0;
+}
+
+/*
+ * Map a ring.  No socket lock here: mmap runs under mmap_lock, which the
+ * data path takes (page faults) while holding the socket lock.  The
+ * connection is stable once seen (see struct sd_sock).
+ */
+int sd_mmap(struct file *file, struct socket *sock,
+	    struct vm_area_struct *vma)
+{
+	struct sd_sock *ss = sd_sk(sock->sk);
+	/* Pairs with the release in sd_conn_establish(). */
+	struct sd_conn *conn = smp_load_acquire(&ss->conn);
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+
+	if (!conn)
+		return -ENOTCONN;
+	switch (off) {
+	case SD_PGOFF_TX_RING:
+		return sd_ring_mmap(&conn->ring[ss->side], vma);
+	case SD_PGOFF_RX_RING:
+		return sd_ring_mmap(&conn->ring[!ss->side], vma);
+	default:
+		return -EINVAL;
+	}
+}

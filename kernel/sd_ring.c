@@ -1,0 +1,383 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * AF_SD rings: allocation, mapping, and the kernel's producer and consumer.
+ *
+ * The layout and the memory-ordering rules are those of
+ * include/uapi/linux/sd.h; the rule numbers below refer to its table.
+ * Ring memory is shared with user space, which may change any byte at any
+ * time.  So: every shared word is read once into a local, every header is
+ * checked against the data area before it is used, every position the
+ * kernel relies on is its own copy, and a check that fails returns -EPROTO,
+ * which the caller turns into a reset of this one connection.
+ */
+#define pr_fmt(fmt) "af_sd: " fmt
+
+#include <linux/mm.h>
+#include <linux/slab.h>
+#include <linux/uio.h>
+#include <linux/vmalloc.h>
+
+#include "af_sd.h"
+
+static_assert(sizeof(struct sd_ring_hdr) == 256);
+static_assert(offsetof(struct sd_ring_hdr, consumer) == SD_RING_HDR_CONS);
+static_assert(sizeof(struct sd_rec) == SD_REC_HDR_LEN);
+
+/*
+ * Rings are charged to the memory cgroup of the task that connects.  At
+ * its limit the allocation fails (connect gets ENOMEM) rather than calling
+ * the OOM killer on the caller: __GFP_NORETRY.
+ */
+#define SD_RING_GFP	(GFP_KERNEL_ACCOUNT | __GFP_NORETRY | __GFP_NOWARN)
+
+/* Smallest record worth writing: a header and up to 8 payload bytes. */
+#define SD_REC_MIN_SPACE	(SD_REC_HDR_LEN + SD_REC_ALIGN)
+
+struct sd_ring_hdr *sd_ring_hdr(const struct sd_ring *ring)
+{
+	return ring->vaddr;
+}
+
+static u32 *sd_flags_word(struct sd_ring *ring, unsigned int off)
+{
+	return off == SD_RING_HDR_PROD ? &sd_ring_hdr(ring)->prod_flags :
+					 &sd_ring_hdr(ring)->cons_flags;
+}
+
+/*
+ * Flag words may be changed by user space and by other kernel paths of the
+ * same side at once (poll and sendmsg), so update them atomically.
+ */
+void sd_ring_set_flags(struct sd_ring *ring, unsigned int off, u32 flags)
+{
+	atomic_or(flags, (atomic_t *)sd_flags_word(ring, off));
+}
+
+void sd_ring_clear_flags(struct sd_ring *ring, unsigned int off, u32 flags)
+{
+	atomic_andnot(flags, (atomic_t *)sd_flags_word(ring, off));
+}
+
+u32 sd_ring_get_flags(struct sd_ring *ring, unsigned int off)
+{
+	return READ_ONCE(*sd_flags_word(ring, off));
+}
+
+int sd_ring_alloc(struct sd_ring *ring, u32 size)
+{
+	unsigned int i;
+
+	memset(ring, 0, sizeof(*ring));
+	if (!is_power_of_2(size) || size < SD_RING_MIN_SIZE ||
+	    size > SD_RING_MAX_SIZE)
+		return -EINVAL;
+
+	ring->nr_pages = 1 + size / PAGE_SIZE;
+	ring->pages = kvcalloc(ring->nr_pages, sizeof(*ring->pages),
+			       SD_RING_GFP);
+	if (!ring->pages)
+		return -ENOMEM;
+
+	for (i = 0; i < ring->nr_pages; i++) {
+		ring->pages[i] = alloc_page(SD_RING_GFP | __GFP_ZERO);
+		if (!ring->pages[i])
+			goto err_pages;
+	}
+
+	ring->vaddr = vmap(ring->pages, ring->nr_pages, VM_MAP, PAGE_KERNEL);
+	if (!ring->vaddr)
+		goto err_pages;
+
+	ring->data = (u8 *)ring->vaddr + PAGE_SIZE;
+	ring->size = size;
+	return 0;
+
+err_pages:
+	while (i--)
+		__free_page(ring->pages[i]);
+	kvfree(ring->pages);
+	ring->pages = NULL;
+	return -ENOMEM;
+}
+
+/* Pages still mapped by user space live on until they are unmapped. */
+void sd_ring_free(struct sd_ring *ring)
+{
+	unsigned int i;
+
+	if (!ring->pages)
+		return;
+	vunmap(ring->vaddr);
+	for (i = 0; i < ring->nr_pages; i++)
+		put_page(ring->pages[i]);
+	kvfree(ring->pages);
+	ring->pages = NULL;
+}
+
+void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
+{
+	off->consumer = offsetof(struct sd_ring_hdr, consumer);
+	off->prod_flags = offsetof(struct sd_ring_hdr, prod_flags);
+	off->cons_flags = offsetof(struct sd_ring_hdr, cons_flags);
+	off->data = PAGE_SIZE;
+	off->size = ring->size;
+	off->mmap_len = (u64)ring->nr_pages << PAGE_SHIFT;
+}
+
+int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma)
+{
+	unsigned long len = vma->vm_end - vma->vm_start;
+	unsigned long nr = len >> PAGE_SHIFT;
+
+	if (!(vma->vm_flags & VM_SHARED))
+		return -EINVAL;
+	if (len != (unsigned long)ring->nr_pages << PAGE_SHIFT)
+		return -EINVAL;
+
+	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
+	return vm_insert_pages(vma, vma->vm_start, ring->pages, &nr);
+}
+
+/*
+ * Producer: bytes free for the producer, from the credit the consumer
+ * published (rule 2).  Credit only moves forward, never past the tail and
+ * in whole records: anything else is corrupt.
+ */
+int sd_ring_space(struct sd_ring *ring, u32 *space)
+{
+	/* Rule 2: acquire the credit, then the space is the producer's. */
+	u64 credit = smp_load_acquire(&sd_ring_hdr(ring)->consumer);
+	u64 used = ring->tail - credit;
+
+	if (credit - ring->credit > ring->tail - ring->credit ||
+	    used > ring->size || credit % SD_REC_ALIGN)
+		return -EPROTO;
+	*space = ring->size - (u32)used;
+	return 0;
+}
+
+static void sd_rec_publish(struct sd_ring *ring, u32 off, u32 len, u32 flags)
+{
+	u64 word = (u64)flags << 32 | len;
+
+	/* Rule 1: the payload is written; now the header, releasing it. */
+	smp_store_release((u64 *)(ring->data + off), word);
+}
+
+/*
+ * Producer: append up to len bytes from the iterator as records.  Writes as
+ * much as fits and returns 0 with *done set (possibly 0: the ring is full),
+ * -EFAULT if the user buffer faulted before anything was written, or
+ * -EPROTO if the credit in the ring is corrupt.
+ */
+int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
+		  size_t *done)
+{
+	u32 mask = ring->size - 1;
+	u32 space;
+	int err;
+
+	*done = 0;
+	err = sd_ring_space(ring, &space);
+	if (err)
+		return err;
+	/* What the checks compare the next credit with (producer only). */
+	ring->credit = ring->tail - (ring->size - space);
+
+	while (len) {
+		u32 off = ring->tail & mask;
+		u32 to_end = ring->size - off;
+		u32 room, chunk, copied;
+
+		if (to_end < SD_REC_MIN_SPACE) {
+			/* Too little left before the end: pad it. */
+			if (space < to_end)
+				break;
+			sd_rec_publish(ring, off, to_end - SD_REC_HDR_LEN,
+				       SD_REC_VALID | SD_REC_PAD);
+			ring->tail += to_end;
+			space -= to_end;
+			continue;
+		}
+
+		room = min(space, to_end);
+		if (room < SD_REC_MIN_SPACE)
+			break;
+		chunk = min_t(size_t, len, room - SD_REC_HDR_LEN);
+		copied = copy_from_iter(ring->data + off + SD_REC_HDR_LEN,
+					chunk, from);
+		if (copied < chunk) {
+			/*
+			 * A fault may leave bytes past what was counted;
+			 * the area the producer has not claimed must stay
+			 * zero (the next header goes there).
+			 */
+			memset(ring->data + off + SD_REC_HDR_LEN + copied, 0,
+			       chunk - copied);
+		}
+		if (!copied)
+			return *done ? 0 : -EFAULT;
+
+		sd_rec_publish(ring, off, copied, SD_REC_VALID);
+		ring->tail += SD_REC_SPACE(copied);
+		space -= SD_REC_SPACE(copied);
+		len -= copied;
+		*done += copied;
+		if (copied < chunk)
+			break;
+	}
+	return 0;
+}
+
+/*
+ * Consumer: read and check the header at a position.  Returns 1 with the
+ * header's length and flags for a record, 0 for an empty slot, -EPROTO for
+ * anything a producer may not write.
+ */
+static int sd_rec_get(struct sd_ring *ring, u64 pos, u32 *len, u32 *flags)
+{
+	u32 off = pos & (ring->size - 1);
+	u64 word;
+
+	/* Rule 1: acquire the header, then the payload may be read. */
+	word = smp_load_acquire((u64 *)(ring->data + off));
+	if (!word)
+		return 0;
+
+	*len = lower_32_bits(word);
+	*flags = upper_32_bits(word);
+	if (*flags & ~SD_REC_FLAGS_MASK || !(*flags & SD_REC_VALID))
+		return -EPROTO;
+	if (*len > ring->size - off - SD_REC_HDR_LEN)
+		return -EPROTO;
+	if (*flags & SD_REC_PAD) {
+		if (off + SD_REC_SPACE(*len) != ring->size)
+			return -EPROTO;
+	} else if (!*len) {
+		return -EPROTO;
+	}
+	/* Not beyond what the credit lets the producer write. */
+	if (pos + SD_REC_SPACE(*len) - ring->published > ring->size)
+		return -EPROTO;
+	return 1;
+}
+
+/*
+ * Consumer: copy up to len bytes of records to the iterator.  A read may
+ * take part of a record; the rest stays for the next read.  With peek
+ * nothing is consumed.  Consumed records are zeroed (the ring's invariant)
+ * but credit is published only by sd_ring_credit().  Returns 0 with *done
+ * set, -EFAULT if nothing could be copied to a faulting buffer, -EPROTO for
+ * a corrupt ring.
+ */
+int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
+		 bool peek, size_t *done)
+{
+	u64 pos = ring->head;
+	u32 roff = ring->rec_off;
+	int err = 0;
+
+	*done = 0;
+	while (*done < len) {
+		u32 off = pos & (ring->size - 1);
+		u32 rlen, rflags, n, copied;
+		int ret;
+
+		ret = sd_rec_get(ring, pos, &rlen, &rflags);
+		if (ret <= 0) {
+			err = ret;
+			break;
+		}
+		if (rflags & SD_REC_PAD) {
+			if (!peek)
+				memset(ring->data + off, 0, SD_REC_SPACE(rlen));
+			pos += SD_REC_SPACE(rlen);
+			continue;
+		}
+		if (roff >= rlen) {
+			err = -EPROTO;
+			break;
+		}
+
+		n = min_t(size_t, rlen - roff, len - *done);
+		copied = copy_to_iter(ring->data + off + SD_REC_HDR_LEN + roff,
+				      n, to);
+		*done += copied;
+		roff += copied;
+		if (copied < n) {
+			if (!*done)
+				err = -EFAULT;
+			break;
+		}
+		if (roff == rlen) {
+			/* Rule 2: zero what was consumed before the credit. */
+			if (!peek)
+				memset(ring->data + off, 0, SD_REC_SPACE(rlen));
+			pos += SD_REC_SPACE(rlen);
+			roff = 0;
+		}
+	}
+
+	if (!peek) {
+		ring->head = pos;
+		ring->rec_off = roff;
+	}
+	return err;
+}
+
+/*
+ * Consumer: bytes readable now.  With bytes == NULL, only whether any is
+ * (1 or 0), which is what poll asks and stops at the first record.
+ */
+int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
+{
+	u64 pos = READ_ONCE(ring->head);
+	u32 roff = READ_ONCE(ring->rec_off);
+	size_t total = 0;
+	u32 walked = 0;
+
+	while (walked < ring->size) {
+		u32 rlen, rflags;
+		int ret = sd_rec_get(ring, pos, &rlen, &rflags);
+
+		if (ret < 0)
+			return ret;
+		if (!ret)
+			break;
+		if (!(rflags & SD_REC_PAD)) {
+			total += rlen - min(roff, rlen);
+			roff = 0;
+			if (!bytes)
+				return 1;
+		}
+		pos += SD_REC_SPACE(rlen);
+		walked += SD_REC_SPACE(rlen);
+	}
+	if (bytes)
+		*bytes = total;
+	return total > 0;
+}
+
+/*
+ * Consumer: publish the credit for consumed records when it is due: after
+ * half the ring, when the producer asked (SD_RING_NEED_CREDIT), or always
+ * with force (the consumer found the ring empty or is about to sleep).
+ * Returns true when it published, and the producer should be woken.
+ */
+bool sd_ring_credit(struct sd_ring *ring, bool force)
+{
+	u64 unpublished = ring->head - ring->published;
+
+	if (!unpublished)
+		return false;
+	if (!force && unpublished < ring->size / 2 &&
+	    !(sd_ring_get_flags(ring, SD_RING_HDR_PROD) & SD_RING_NEED_CREDIT))
+		return false;
+
+	/* Rule 2: consumed bytes are zero; release the credit. */
+	smp_store_release(&sd_ring_hdr(ring)->consumer, ring->head);
+	ring->published = ring->head;
+	/* Rule 4: the store above against the producer's flag load. */
+	smp_mb();
+	return true;
+}

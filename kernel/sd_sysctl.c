@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * AF_SD: per network namespace settings under net.sd.
+ *
+ * Every handler parses into a scratch copy and stores only a value that
+ * passed its checks, so a rejected write (-EINVAL) keeps the old value.
+ */
+#include <linux/log2.h>
+#include <linux/slab.h>
+#include <linux/sysctl.h>
+#include <net/net_namespace.h>
+
+#include "af_sd.h"
+
+static DEFINE_MUTEX(sd_sysctl_mutex);
+
+/* net.sd.port_range: "LOW HIGH", the ports bind and connect pick from. */
+static int sd_port_range_handler(struct ctl_table *table, int write,
+				 void *buffer, size_t *lenp, loff_t *ppos)
+{
+	int *range = table->data;
+	int val[2];
+	struct ctl_table tmp = {
+		.data = val,
+		.maxlen = sizeof(val),
+		.mode = table->mode,
+	};
+	int err;
+
+	mutex_lock(&sd_sysctl_mutex);
+	val[0] = READ_ONCE(range[0]);
+	/* A write must give both numbers: -1 stays if the second is missing. */
+	val[1] = write ? -1 : READ_ONCE(range[1]);
+	err = proc_dointvec(&tmp, write, buffer, lenp, ppos);
+	if (write && !err) {
+		if (val[0] < 1 || val[1] > 65535 || val[0] > val[1]) {
+			err = -EINVAL;
+		} else {
+			WRITE_ONCE(range[0], val[0]);
+			WRITE_ONCE(range[1], val[1]);
+		}
+	}
+	mutex_unlock(&sd_sysctl_mutex);
+	return err;
+}
+
+/* net.sd.ring_size: bytes of each new ring, a power of two in bounds. */
+static int sd_ring_size_handler(struct ctl_table *table, int write,
+				void *buffer, size_t *lenp, loff_t *ppos)
+{
+	int *size = table->data;
+	int val = READ_ONCE(*size);
+	struct ctl_table tmp = {
+		.data = &val,
+		.maxlen = sizeof(val),
+		.mode = table->mode,
+	};
+	int err;
+
+	err = proc_dointvec(&tmp, write, buffer, lenp, ppos);
+	if (write && !err) {
+		if (val < SD_RING_MIN_SIZE || val > SD_RING_MAX_SIZE ||
+		    !is_power_of_2(val))
+			return -EINVAL;
+		WRITE_ONCE(*size, val);
+	}
+	return err;
+}
+
+static const struct ctl_table sd_sysctl_template[] = {
+	{
+		.procname	= "port_range",
+		.maxlen		= 2 * sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= sd_port_range_handler,
+	},
+	{
+		.procname	= "ring_size",
+		.maxlen		= sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= sd_ring_size_handler,
+	},
+	{ }
+};
+
+int sd_sysctl_register(struct net *net, struct sd_net *sn)
+{
+	struct ctl_table *table;
+
+	table = kmemdup(sd_sysctl_template, sizeof(sd_sysctl_template),
+			GFP_KERNEL);
+	if (!table)
+		return -ENOMEM;
+
+	table[0].data = sn->port_range;
+	table[1].data = &sn->ring_size;
+
+	sn->sysctl_hdr = register_net_sysctl(net, "net/sd", table);
+	if (!sn->sysctl_hdr) {
+		kfree(table);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void sd_sysctl_unregister(struct sd_net *sn)
+{
+	struct ctl_table *table = sn->sysctl_hdr->ctl_table_arg;
+
+	unregister_net_sysctl_table(sn->sysctl_hdr);
+	kfree(table);
+}

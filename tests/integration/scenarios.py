@@ -1,0 +1,844 @@
+"""Behaviour scenarios of the differential suite.
+
+Each scenario is written once and run against each transport (TCP over
+loopback, AF_SD; later libsd).  It records what a program can observe:
+return values, errno names, bytes, poll events, in a transcript.
+test_differential.py runs every scenario on every transport in its own
+process (so a hang or crash hits one run only) and asserts that the
+transcripts are equal.  Scenarios also assert what they must show, so a
+scenario that went wrong the same way on both transports still fails.
+
+    python3 scenarios.py NAME FAMILY      prints the transcript as JSON
+    python3 scenarios.py --list           the scenario names
+"""
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdsock import Family, errname, peername, sockname  # noqa: E402
+
+SCENARIOS = {}
+
+# Time TCP needs over loopback to settle (an RST or FIN to arrive); AF_SD
+# does not need it, but the transcripts must not depend on timing.
+SETTLE = 0.05
+
+
+def scenario(fn):
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+class Transcript:
+    def __init__(self):
+        self.rows = []
+
+    def log(self, what, value):
+        self.rows.append([what, value])
+        return value
+
+    def call(self, what, fn, *args, **kw):
+        """Log fn's result, or the errno name it raised; return it."""
+        try:
+            value = fn(*args, **kw)
+        except OSError as e:
+            value = errname(e.errno)
+        if isinstance(value, (bytes, bytearray)):
+            value = {"bytes": len(value), "crc": zlib.crc32(value)}
+        return self.log(what, value)
+
+
+POLL_NAMES = [(select.POLLIN, "IN"), (select.POLLOUT, "OUT"),
+              (select.POLLERR, "ERR"), (select.POLLHUP, "HUP"),
+              (select.POLLRDHUP, "RDHUP"), (select.POLLPRI, "PRI")]
+
+
+def pollmask(s, timeout=0):
+    p = select.poll()
+    p.register(s, select.POLLIN | select.POLLOUT | select.POLLRDHUP |
+               select.POLLPRI)
+    ev = p.poll(timeout)
+    mask = ev[0][1] if ev else 0
+    return "|".join(n for bit, n in POLL_NAMES if mask & bit) or "none"
+
+
+def free_port(f):
+    """A port nobody listens on in this transport's port space."""
+    s = f.socket()
+    f.bind(s, "127.0.0.1", 0)
+    port = sockname(s)[1]
+    s.close()
+    return port
+
+
+def recv_exact(s, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def pattern(n, seed=1):
+    """n deterministic bytes."""
+    block = bytes((i * 7 + seed) & 0xFF for i in range(4096))
+    return (block * (n // 4096 + 1))[:n]
+
+
+def sockerr(s):
+    return errname(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+
+
+def fill(s):
+    """Write with MSG_DONTWAIT until EAGAIN; return bytes written."""
+    total = 0
+    chunk = b"f" * 65536
+    while True:
+        try:
+            total += s.send(chunk, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return total
+
+
+# ---- connection setup --------------------------------------------------
+
+@scenario
+def connect_accept_names(t, f):
+    lst, port = f.listener()
+    c = f.socket()
+    t.log("getsockname unbound", sockname(c))
+    t.call("getpeername unconnected", peername, c)
+    t.log("connect", f.connect(c, "127.0.0.1", port))
+    s = f.accept(lst)
+    cl, cp = sockname(c), peername(c)
+    sl, sp = sockname(s), peername(s)
+    t.log("client peer is server local", cp == sl)
+    t.log("server peer is client local", sp == cl)
+    t.log("client peer", cp == ("127.0.0.1", port))
+    t.log("client port is ephemeral", cl[1] != 0 and cl[1] != port)
+    t.log("listener name", sockname(lst) == ("127.0.0.1", port))
+    t.log("SO_ACCEPTCONN listener",
+          lst.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+    t.log("SO_ACCEPTCONN conn",
+          s.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+    t.log("SO_TYPE", s.getsockopt(socket.SOL_SOCKET, socket.SO_TYPE))
+    t.log("SO_PROTOCOL", s.getsockopt(socket.SOL_SOCKET, socket.SO_PROTOCOL))
+    t.log("connect again", f.connect(c, "127.0.0.1", port))
+    assert cp == sl and sp == cl
+
+
+@scenario
+def connect_refused(t, f):
+    c = f.socket()
+    v = t.log("connect", f.connect(c, "127.0.0.1", free_port(f)))
+    assert v == "ECONNREFUSED"
+    t.log("SO_ERROR after", sockerr(c))
+    t.call("getpeername", peername, c)
+    # The socket can try again, and succeed.
+    lst, port = f.listener()
+    t.log("connect retry", f.connect(c, "127.0.0.1", port))
+
+
+@scenario
+def connect_nonblocking(t, f):
+    lst, port = f.listener()
+    c = f.socket(flags=socket.SOCK_NONBLOCK)
+    v = t.log("connect", f.connect(c, "127.0.0.1", port))
+    assert v == "EINPROGRESS"
+    t.log("poll", pollmask(c, 2000))
+    t.log("SO_ERROR", sockerr(c))
+    t.log("connect 2", f.connect(c, "127.0.0.1", port))
+    t.log("connect 3", f.connect(c, "127.0.0.1", port))
+    s = f.accept(lst)
+    c.send(b"x")
+    t.log("poll server", pollmask(s, 2000))
+
+
+@scenario
+def connect_nonblocking_refused(t, f):
+    c = f.socket(flags=socket.SOCK_NONBLOCK)
+    t.log("connect", f.connect(c, "127.0.0.1", free_port(f)))
+    time.sleep(SETTLE)
+    t.log("poll", pollmask(c, 2000))
+    v = t.log("SO_ERROR", sockerr(c))
+    assert v == "ECONNREFUSED"
+    t.log("SO_ERROR again", sockerr(c))
+
+
+@scenario
+def connect_nonblocking_refused_reported_by_connect(t, f):
+    c = f.socket(flags=socket.SOCK_NONBLOCK)
+    port = free_port(f)
+    t.log("connect", f.connect(c, "127.0.0.1", port))
+    time.sleep(SETTLE)
+    t.log("connect 2", f.connect(c, "127.0.0.1", port))
+    t.log("SO_ERROR", sockerr(c))
+
+
+@scenario
+def connect_wildcard_reaches_loopback(t, f):
+    lst, port = f.listener("0.0.0.0")
+    c = f.socket()
+    t.log("connect 0.0.0.0", f.connect(c, "0.0.0.0", port))
+    s = f.accept(lst)
+    t.log("peer", peername(c)[0])
+    t.log("server local", sockname(s)[0])
+
+
+@scenario
+def bad_addresses(t, f):
+    s = f.socket()
+    import ctypes
+    from sdsock import libc, sockaddr
+    sa = sockaddr("127.0.0.1", 0)
+    rc = libc.bind(s.fileno(), ctypes.byref(sa), 8)
+    t.log("bind short len", errname(ctypes.get_errno()) if rc else "OK")
+    sa.family = 99
+    rc = libc.bind(s.fileno(), ctypes.byref(sa), ctypes.sizeof(sa))
+    t.log("bind bad family", errname(ctypes.get_errno()) if rc else "OK")
+    t.log("bind non-local", f.bind(s, "192.0.2.1", 0))
+    t.log("bind ok", f.bind(s, "127.0.0.1", 0))
+    t.log("bind twice", f.bind(s, "127.0.0.1", 0))
+
+
+@scenario
+def bind_rules(t, f):
+    a = f.socket()
+    t.log("bind a", f.bind(a, "127.0.0.1", 0))
+    port = sockname(a)[1]
+    b = f.socket()
+    t.log("bind b same port", f.bind(b, "127.0.0.1", port))
+    t.log("bind b wildcard same port", f.bind(b, "0.0.0.0", port))
+    # SO_REUSEADDR on both, neither listening: allowed.
+    c = f.socket()
+    d = f.socket()
+    for s in (c, d):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.log("bind c", f.bind(c, "127.0.0.1", 0))
+    p2 = sockname(c)[1]
+    t.log("bind d reuseaddr", f.bind(d, "127.0.0.1", p2))
+    c.listen(1)
+    t.log("listen d", errname(_listen(d)))
+
+
+def _listen(s, n=1):
+    try:
+        s.listen(n)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
+@scenario
+def bind_port_after_listener_closed(t, f):
+    lst, port = f.listener()
+    c = f.socket()
+    f.connect(c, "127.0.0.1", port)
+    s = f.accept(lst)
+    lst.close()
+    n = f.socket()
+    t.log("rebind without reuseaddr", f.bind(n, "127.0.0.1", port))
+    r = f.socket()
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    t.log("rebind with reuseaddr", f.bind(r, "127.0.0.1", port))
+    s.close()
+    c.close()
+
+
+@scenario
+def listen_states(t, f):
+    lst, port = f.listener()
+    t.log("listen again", errname(_listen(lst, 4)))
+    u = f.socket()
+    t.log("listen unbound", errname(_listen(u)))
+    t.log("unbound got a port", sockname(u)[1] != 0)
+    c = f.socket()
+    t.log("connect listener", f.connect(u, "127.0.0.1", port))
+    t.log("connect", f.connect(c, "127.0.0.1", port))
+    t.log("listen connected", errname(_listen(c)))
+    t.call("recv on listener", lst.recv, 1)
+    t.call("send on listener", lst.send, b"x", socket.MSG_NOSIGNAL)
+    t.log("poll listener", pollmask(lst, 1000))
+    t.call("FIONREAD listener", lambda: fcntl.ioctl(lst, 0x541B, b"\0" * 4))
+
+
+@scenario
+def accept_nonblocking_and_flags(t, f):
+    lst, port = f.listener()
+    lst.setblocking(False)
+    t.call("accept empty", f.accept, lst)
+    t.log("poll empty listener", pollmask(lst))
+    c = f.socket()
+    f.connect(c, "127.0.0.1", port)
+    time.sleep(SETTLE)
+    t.log("poll listener", pollmask(lst, 1000))
+    s = f.accept(lst, socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+    fl = fcntl.fcntl(s, fcntl.F_GETFL)
+    fd = fcntl.fcntl(s, fcntl.F_GETFD)
+    t.log("accepted O_NONBLOCK", bool(fl & os.O_NONBLOCK))
+    t.log("accepted FD_CLOEXEC", bool(fd & fcntl.FD_CLOEXEC))
+    t.call("recv nonblocking", s.recv, 1)
+    s2 = None
+    c2 = f.socket()
+    f.connect(c2, "127.0.0.1", port)
+    time.sleep(SETTLE)
+    s2 = f.accept(lst)
+    t.log("accept plain O_NONBLOCK",
+          bool(fcntl.fcntl(s2, fcntl.F_GETFL) & os.O_NONBLOCK))
+
+
+@scenario
+def shutdown_listener(t, f):
+    lst, port = f.listener()
+    t.call("shutdown WR listener", lst.shutdown, socket.SHUT_WR)
+    t.call("shutdown RD listener", lst.shutdown, socket.SHUT_RD)
+    c = f.socket()
+    t.log("connect after", f.connect(c, "127.0.0.1", port))
+    lst.setblocking(False)
+    t.call("accept after", f.accept, lst)
+
+
+@scenario
+def close_listener_with_queued(t, f):
+    lst, port = f.listener()
+    c = f.socket()
+    f.connect(c, "127.0.0.1", port)
+    c.send(b"queued")
+    time.sleep(SETTLE)
+    lst.close()
+    time.sleep(SETTLE)
+    t.call("recv", c.recv, 10)
+    t.call("recv 2", c.recv, 10)
+    t.call("send", c.send, b"x", socket.MSG_NOSIGNAL)
+
+
+@scenario
+def ipv6_loopback(t, f):
+    lst, port = f.listener("::1")
+    c = f.socket(v6=True)
+    t.log("connect", f.connect(c, "::1", port))
+    s = f.accept(lst)
+    t.log("client name", sockname(c)[0])
+    t.log("peer", peername(c)[:2] == ("::1", port))
+    t.log("server peer is client", peername(s)[:2] == sockname(c)[:2])
+    c.sendall(b"six")
+    t.call("recv", s.recv, 10)
+
+
+@scenario
+def ipv4_to_dual_stack_listener(t, f):
+    lst, port = f.listener("::")
+    c = f.socket()
+    t.log("connect v4", f.connect(c, "127.0.0.1", port))
+    s = f.accept(lst)
+    t.log("server sees mapped peer", peername(s)[0])
+    t.log("server local", sockname(s)[0])
+    t.log("client peer", peername(c) == ("127.0.0.1", port))
+
+
+# ---- data ---------------------------------------------------------------
+
+@scenario
+def send_recv_basic(t, f):
+    c, s, _ = f.pair()
+    t.call("send", c.send, b"hello")
+    t.call("recv", s.recv, 100)
+    t.call("send 1 byte", s.send, b"!")
+    t.call("recv 1 byte", c.recv, 1)
+    t.call("send 0 bytes", c.send, b"")
+    t.call("recv nothing waiting", s.recv, 10, socket.MSG_DONTWAIT)
+    t.call("sendall 64KiB", c.sendall, pattern(65536))
+    t.call("recv 64KiB", recv_exact, s, 65536)
+
+
+@scenario
+def one_mebibyte_each_way(t, f):
+    c, s, _ = f.pair()
+    data = pattern(1 << 20, 3)
+    for a, b, name in ((c, s, "c->s"), (s, c, "s->c")):
+        th = threading.Thread(target=a.sendall, args=(data,))
+        th.start()
+        got = recv_exact(b, len(data))
+        th.join()
+        t.log(name, got == data)
+        assert got == data
+
+
+@scenario
+def vectored_io(t, f):
+    c, s, _ = f.pair()
+    t.call("sendmsg 3 iov", c.sendmsg, [b"ab", b"", b"cdefg"])
+    buf1, buf2 = bytearray(3), bytearray(10)
+    t.call("recvmsg_into", lambda: s.recvmsg_into([buf1, buf2])[0])
+    t.log("bufs", [bytes(buf1).decode(), bytes(buf2[:4]).decode()])
+    t.call("writev", os.writev, c.fileno(), [b"12", b"345"])
+    t.call("readv", os.readv, s.fileno(), [bytearray(1), bytearray(9)])
+    t.call("write", os.write, s.fileno(), b"w")
+    t.call("read", os.read, c.fileno(), 5)
+    c.send(b"to")
+    t.call("recvfrom data", lambda: s.recvfrom(10)[0])
+
+
+@scenario
+def peek_and_partial(t, f):
+    c, s, _ = f.pair()
+    c.sendall(b"abcdef")
+    c.sendall(b"ghij")
+    time.sleep(SETTLE)
+    t.call("peek 3", s.recv, 3, socket.MSG_PEEK)
+    t.call("peek 100", s.recv, 100, socket.MSG_PEEK)
+    t.call("recv 2", s.recv, 2)
+    t.call("peek 3 again", s.recv, 3, socket.MSG_PEEK)
+    t.call("recv 5 across records", s.recv, 5)
+    t.call("recv rest", s.recv, 100)
+    t.call("peek empty", s.recv, 10, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+
+
+@scenario
+def dontwait_and_nonblock(t, f):
+    c, s, _ = f.pair()
+    t.call("recv DONTWAIT", s.recv, 10, socket.MSG_DONTWAIT)
+    s.setblocking(False)
+    t.call("recv O_NONBLOCK", s.recv, 10)
+    t.call("read O_NONBLOCK", os.read, s.fileno(), 10)
+    c.send(b"data")
+    time.sleep(SETTLE)
+    t.call("recv O_NONBLOCK data", s.recv, 10)
+
+
+@scenario
+def waitall(t, f):
+    c, s, _ = f.pair()
+
+    def writer():
+        for i in range(4):
+            time.sleep(0.05)
+            c.send(bytes([65 + i]) * 100)
+    th = threading.Thread(target=writer)
+    th.start()
+    t.call("recv WAITALL 400", s.recv, 400, socket.MSG_WAITALL)
+    th.join()
+    c.send(b"xy")
+    c.shutdown(socket.SHUT_WR)
+    t.call("recv WAITALL past EOF", s.recv, 10, socket.MSG_WAITALL)
+
+
+@scenario
+def rcvtimeo_sndtimeo(t, f):
+    c, s, _ = f.pair()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                 struct.pack("ll", 0, 150000))
+    t0 = time.monotonic()
+    t.call("recv timeout", s.recv, 10)
+    t.log("waited at least 0.1s", time.monotonic() - t0 >= 0.1)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 0, 150000))
+    sent = 0
+    err = None
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20:
+        try:
+            sent += c.send(b"z" * 65536)
+        except OSError as e:
+            err = errname(e.errno)
+            break
+    t.log("send until timeout", err)
+    t.log("sent something", sent > 0)
+
+
+@scenario
+def full_ring_blocked_writer(t, f):
+    c, s, _ = f.pair()
+    t.log("poll writable", pollmask(c))
+    n = fill(c)
+    t.log("filled", n > 0)
+    t.log("poll full", pollmask(c))
+    t.log("peer poll", pollmask(s))
+    got = bytearray()
+    done = threading.Event()
+
+    def writer():
+        c.sendall(b"B" * 100000)
+        done.set()
+    th = threading.Thread(target=writer)
+    th.start()
+    time.sleep(0.2)
+    t.log("writer blocked", not done.is_set())
+    while len(got) < n + 100000:
+        got += s.recv(1 << 20)
+    th.join(10)
+    t.log("writer done", done.is_set())
+    t.log("bytes", len(got) == n + 100000)
+    t.log("tail", bytes(got[-100000:]) == b"B" * 100000)
+    t.log("poll writable again", pollmask(c, 1000))
+
+
+@scenario
+def writable_after_reader_drains(t, f):
+    c, s, _ = f.pair()
+    c.setblocking(False)
+    n = fill(c)
+    p = select.poll()
+    p.register(c, select.POLLOUT)
+    t.log("not writable", p.poll(0) == [])
+    recv_exact(s, n)
+    t.log("writable after drain", bool(p.poll(3000)))
+
+
+# ---- the end of a connection --------------------------------------------
+
+@scenario
+def shutdown_write_then_eof(t, f):
+    c, s, _ = f.pair()
+    c.sendall(b"last words")
+    t.call("shutdown WR", c.shutdown, socket.SHUT_WR)
+    time.sleep(SETTLE)
+    t.log("server poll", pollmask(s))
+    t.call("recv data", s.recv, 100)
+    t.call("recv EOF", s.recv, 100)
+    t.call("recv EOF again", s.recv, 100)
+    t.call("send after SHUT_WR", c.send, b"x", socket.MSG_NOSIGNAL)
+    t.call("server still sends", s.send, b"reply")
+    t.call("client reads reply", c.recv, 100)
+    t.log("client poll", pollmask(c))
+    s.shutdown(socket.SHUT_WR)
+    time.sleep(SETTLE)
+    t.call("client EOF", c.recv, 100)
+    t.log("client poll both down", pollmask(c))
+
+
+@scenario
+def shutdown_read(t, f):
+    c, s, _ = f.pair()
+    t.call("shutdown RD", s.shutdown, socket.SHUT_RD)
+    t.call("recv after SHUT_RD", s.recv, 10)
+    t.log("poll", pollmask(s))
+    t.call("send still works", s.send, b"x")
+    t.call("peer reads", c.recv, 10)
+
+
+@scenario
+def shutdown_errors(t, f):
+    u = f.socket()
+    t.call("shutdown unconnected", u.shutdown, socket.SHUT_RDWR)
+    c, s, _ = f.pair()
+    import ctypes
+    from sdsock import libc
+    rc = libc.shutdown(c.fileno(), 7)
+    t.log("shutdown bad how", errname(ctypes.get_errno()) if rc else "OK")
+    t.call("shutdown RDWR", c.shutdown, socket.SHUT_RDWR)
+    time.sleep(SETTLE)
+    t.call("peer EOF", s.recv, 10)
+    t.call("shutdown again", c.shutdown, socket.SHUT_RDWR)
+
+
+@scenario
+def close_with_unread_resets(t, f):
+    c, s, _ = f.pair()
+    c.sendall(b"never read")
+    time.sleep(SETTLE)
+    s.close()
+    time.sleep(SETTLE)
+    t.log("poll", pollmask(c))
+    t.call("recv", c.recv, 10)
+    t.call("recv again", c.recv, 10)
+    t.call("send", c.send, b"x", socket.MSG_NOSIGNAL)
+    t.call("getpeername", peername, c)
+
+
+@scenario
+def close_then_peer_sends(t, f):
+    c, s, _ = f.pair()
+    s.close()
+    time.sleep(SETTLE)
+    t.log("poll after peer close", pollmask(c))
+    t.call("recv EOF", c.recv, 10)
+    t.call("send 1", c.send, b"x", socket.MSG_NOSIGNAL)
+    time.sleep(SETTLE)
+    t.log("poll after send", pollmask(c))
+    t.call("send 2", c.send, b"x", socket.MSG_NOSIGNAL)
+    t.call("send 3", c.send, b"x", socket.MSG_NOSIGNAL)
+    t.call("recv after", c.recv, 10)
+
+
+@scenario
+def sigpipe(t, f):
+    hits = []
+    signal.signal(signal.SIGPIPE, lambda *a: hits.append(1))
+    c, s, _ = f.pair()
+    c.shutdown(socket.SHUT_WR)
+    t.call("send after SHUT_WR", c.send, b"x")
+    t.log("SIGPIPE", len(hits))
+    t.call("send MSG_NOSIGNAL", c.send, b"x", socket.MSG_NOSIGNAL)
+    t.log("SIGPIPE after NOSIGNAL", len(hits))
+    u = f.socket()
+    t.call("send unconnected", u.send, b"x")
+    t.log("SIGPIPE unconnected", len(hits))
+    t.call("recv unconnected", u.recv, 1)
+
+
+@scenario
+def close_with_data_in_flight(t, f):
+    c, s, _ = f.pair()
+    data = pattern(200000, 9)
+    th = threading.Thread(target=lambda: (c.sendall(data), c.close()))
+    th.start()
+    got = recv_exact(s, len(data) + 10)
+    th.join()
+    t.log("all data then EOF", got == data)
+
+
+@scenario
+def peer_close_during_blocked_read(t, f):
+    c, s, _ = f.pair()
+    out = {}
+
+    def reader():
+        out["r"] = s.recv(10)
+    th = threading.Thread(target=reader)
+    th.start()
+    time.sleep(0.2)
+    c.close()
+    th.join(10)
+    t.log("reader woke", not th.is_alive())
+    t.log("recv", repr(out.get("r")))
+
+
+@scenario
+def linger(t, f):
+    c, s, _ = f.pair()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    t.log("SO_LINGER", struct.unpack("ii", c.getsockopt(
+        socket.SOL_SOCKET, socket.SO_LINGER, 8)))
+    c.close()
+    time.sleep(SETTLE)
+    t.call("recv after abortive close", s.recv, 10)
+    c2, s2, _ = f.pair()
+    c2.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 5))
+    c2.sendall(b"lingered")
+    t0 = time.monotonic()
+    c2.close()
+    t.log("close returned quickly", time.monotonic() - t0 < 4)
+    t.call("recv data", s2.recv, 100)
+    t.call("recv EOF", s2.recv, 100)
+
+
+# ---- options, ioctls, readiness -------------------------------------------
+
+@scenario
+def socket_options(t, f):
+    c, s, _ = f.pair()
+    for opt in ("SO_SNDBUF", "SO_RCVBUF"):
+        o = getattr(socket, opt)
+        c.setsockopt(socket.SOL_SOCKET, o, 65536)
+        t.log(opt, c.getsockopt(socket.SOL_SOCKET, o))
+    t.log("TCP_NODELAY default", c.getsockopt(socket.IPPROTO_TCP,
+                                              socket.TCP_NODELAY))
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    t.log("TCP_NODELAY", c.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+    t.log("SO_ERROR", sockerr(c))
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    t.log("SO_KEEPALIVE", c.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE))
+    t.log("SO_REUSEADDR", c.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR))
+    c.sendall(b"still works")
+    t.call("recv", s.recv, 100)
+
+
+@scenario
+def fionread_and_outq(t, f):
+    c, s, _ = f.pair()
+    c.sendall(b"x" * 100)
+    c.sendall(b"y" * 23)
+    time.sleep(SETTLE)
+    pollmask(s, 1000)
+
+    def ioctl_int(sock, req):
+        return struct.unpack("i", fcntl.ioctl(sock, req, b"\0" * 4))[0]
+    t.log("FIONREAD", ioctl_int(s, 0x541B))
+    s.recv(50)
+    t.log("FIONREAD after 50", ioctl_int(s, 0x541B))
+    t.log("SIOCOUTQ", ioctl_int(c, 0x5411))
+    t.log("FIONREAD sender", ioctl_int(c, 0x541B))
+
+
+@scenario
+def poll_lifecycle(t, f):
+    u = f.socket()
+    t.log("fresh", pollmask(u))
+    c, s, _ = f.pair()
+    t.log("idle", pollmask(c))
+    c.send(b"x")
+    time.sleep(SETTLE)
+    t.log("data", pollmask(s))
+    s.recv(1)
+    t.log("drained", pollmask(s))
+    c.shutdown(socket.SHUT_WR)
+    time.sleep(SETTLE)
+    t.log("peer shut WR", pollmask(s))
+    t.log("self shut WR", pollmask(c))
+    s.shutdown(socket.SHUT_WR)
+    time.sleep(SETTLE)
+    t.log("both shut", pollmask(c))
+
+
+@scenario
+def select_readiness(t, f):
+    c, s, _ = f.pair()
+    r, w, x = select.select([s], [c], [s], 0)
+    t.log("select idle", [len(r), len(w), len(x)])
+    c.send(b"x")
+    r, w, x = select.select([s], [], [], 2)
+    t.log("select data", len(r))
+
+
+@scenario
+def epoll_level_and_edge(t, f):
+    c, s, _ = f.pair()
+    lt = select.epoll()
+    et = select.epoll()
+    lt.register(s, select.EPOLLIN | select.EPOLLRDHUP)
+    et.register(s, select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLET)
+    t.log("LT idle", lt.poll(0))
+    c.send(b"a")
+    time.sleep(SETTLE)
+    t.log("LT data", [e for _, e in lt.poll(1)])
+    t.log("LT data again", [e for _, e in lt.poll(0)])
+    t.log("ET data", [e for _, e in et.poll(1)])
+    t.log("ET data again", [e for _, e in et.poll(0)])
+    c.send(b"b")
+    time.sleep(SETTLE)
+    t.log("ET more data", [e for _, e in et.poll(1)])
+    s.recv(10)
+    t.log("LT drained", lt.poll(0))
+    c.shutdown(socket.SHUT_WR)
+    time.sleep(SETTLE)
+    t.log("LT rdhup", [e for _, e in lt.poll(1)])
+    t.log("ET rdhup", [e for _, e in et.poll(1)])
+    c.close()
+    time.sleep(SETTLE)
+    s.send(b"x")
+    time.sleep(SETTLE)
+    full = select.epoll()
+    full.register(s, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP)
+    t.log("after reset", [e for _, e in full.poll(1)])
+
+
+@scenario
+def epoll_wakes_blocked_waiter(t, f):
+    c, s, _ = f.pair()
+    ep = select.epoll()
+    ep.register(s, select.EPOLLIN)
+    threading.Timer(0.2, lambda: c.send(b"wake")).start()
+    t.log("woken", [e for _, e in ep.poll(5)])
+
+
+@scenario
+def sigio(t, f):
+    hits = []
+    signal.signal(signal.SIGIO, lambda *a: hits.append(1))
+    c, s, _ = f.pair()
+    fcntl.fcntl(s, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(s, fcntl.F_SETFL, fcntl.fcntl(s, fcntl.F_GETFL) | os.O_ASYNC)
+    c.send(b"x")
+    time.sleep(0.2)
+    t.log("SIGIO", len(hits) > 0)
+
+
+# ---- descriptors: fork, dup, SCM_RIGHTS, close-on-exec --------------------
+
+@scenario
+def fork_shares_connection(t, f):
+    c, s, _ = f.pair()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            c.sendall(b"from child")
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    t.log("child status", status)
+    t.call("recv", s.recv, 100)
+    c.sendall(b"from parent")
+    t.call("recv 2", s.recv, 100)
+
+
+@scenario
+def dup_keeps_connection(t, f):
+    c, s, _ = f.pair()
+    d = c.dup()
+    c.close()
+    d.sendall(b"via dup")
+    t.call("recv", s.recv, 100)
+    t.call("peer poll before close", pollmask, s)
+    d.close()
+    time.sleep(SETTLE)
+    t.call("EOF after last close", s.recv, 100)
+
+
+@scenario
+def scm_rights_passing(t, f):
+    c, s, _ = f.pair()
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        a.close()
+        msg, anc, _, _ = b.recvmsg(10, socket.CMSG_SPACE(4))
+        fd = struct.unpack("i", anc[0][2][:4])[0]
+        os.write(fd, b"passed socket")
+        os._exit(0)
+    b.close()
+    a.sendmsg([b"fd"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                         struct.pack("i", c.fileno()))])
+    c.close()
+    _, status = os.waitpid(pid, 0)
+    t.log("child status", status)
+    t.call("recv", s.recv, 100)
+    t.call("EOF", s.recv, 100)
+
+
+@scenario
+def close_on_exec(t, f):
+    lst, port = f.listener()
+    keep = f.socket()
+    f.connect(keep, "127.0.0.1", port)
+    gone = f.socket(flags=socket.SOCK_CLOEXEC)
+    f.connect(gone, "127.0.0.1", port)
+    os.set_inheritable(keep.fileno(), True)
+    probe = ("import os,sys; print([os.path.exists('/proc/self/fd/%d' % int(x))"
+             " for x in sys.argv[1:]])")
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", probe, str(keep.fileno()),
+                          str(gone.fileno())], close_fds=False,
+                         capture_output=True, text=True).stdout.strip()
+    t.log("inherited, closed-on-exec", out)
+
+
+def main():
+    if sys.argv[1:] == ["--list"]:
+        print("\n".join(SCENARIOS))
+        return 0
+    name, fam = sys.argv[1], sys.argv[2]
+    t = Transcript()
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(60)
+    SCENARIOS[name](t, Family(fam))
+    print(json.dumps(t.rows))
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""The differential suite: every scenario of scenarios.py runs on TCP over
+loopback and on AF_SD, each in its own process, and both must observe the
+same thing.  Deliberate differences are listed in DIFFERENCES, each with
+the reason (Documentation/af_sd.rst says the same)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from scenarios import SCENARIOS
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRANSPORTS = ("tcp", "sd")
+
+# scenario -> {row label: reason}: rows whose values may differ.
+DIFFERENCES = {}
+
+
+def run(name, transport):
+    out = subprocess.run([sys.executable, os.path.join(HERE, "scenarios.py"),
+                          name, transport], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, \
+        f"{name} on {transport} failed ({out.returncode}):\n{out.stderr}"
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_same_as_tcp(name):
+    results = {t: run(name, t) for t in TRANSPORTS}
+    allowed = DIFFERENCES.get(name, {})
+    ref = results["tcp"]
+    for t in TRANSPORTS[1:]:
+        got = results[t]
+        assert [r[0] for r in got] == [r[0] for r in ref], \
+            f"{t} took other steps than tcp:\n{got}\n{ref}"
+        diff = [(lbl, want, have) for (lbl, want), (_, have) in zip(ref, got)
+                if want != have and lbl not in allowed]
+        assert not diff, f"{t} differs from tcp in {name}:\n" + "\n".join(
+            f"  {lbl}: tcp={want!r} {t}={have!r}" for lbl, want, have in diff)
