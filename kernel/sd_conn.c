@@ -414,7 +414,8 @@ out:
 /* The connections still queued when a listener stops are reset. */
 static void sd_drop_child(struct sock *child)
 {
-	lock_sock(child);
+	/* The listener's lock is held: another socket of the same class. */
+	lock_sock_nested(child, SINGLE_DEPTH_NESTING);
 	sd_conn_close(child, true);
 	sd_conn_put(sd_sk(child)->conn);
 	sd_sk(child)->conn = NULL;

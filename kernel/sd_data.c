@@ -182,6 +182,10 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	if (sk->sk_state == TCP_LISTEN || !ss->conn)
 		goto out;
 
+	/* As TCP: asking for nothing returns nothing, at once. */
+	err = 0;
+	if (!len)
+		goto out;
 	len = min_t(size_t, len, INT_MAX);
 	timeo = sock_rcvtimeo(sk, nonblock);
 	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);

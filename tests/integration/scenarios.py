@@ -359,6 +359,11 @@ def send_recv_basic(t, f):
     t.call("recv 1 byte", c.recv, 1)
     t.call("send 0 bytes", c.send, b"")
     t.call("recv nothing waiting", s.recv, 10, socket.MSG_DONTWAIT)
+    t.call("recv 0 bytes, nothing waiting", s.recv, 0)
+    c.send(b"q")
+    time.sleep(SETTLE)
+    t.call("recv 0 bytes, data waiting", s.recv, 0)
+    t.call("recv the byte", s.recv, 1)
     t.call("sendall 64KiB", c.sendall, pattern(65536))
     t.call("recv 64KiB", recv_exact, s, 65536)
 
