@@ -122,6 +122,14 @@ struct sd_sock {
 	struct list_head	accept_list;	/* listener: queue head */
 	struct list_head	accept_node;	/* child: link in a queue */
 
+	/* Owner, for sdctl: the creating (or accepting) process. */
+	struct pid		*owner;
+	kgid_t			gid;
+
+	/* Traffic through the kernel's path (under the socket lock). */
+	u64			tx_bytes, rx_bytes;
+	u64			tx_msgs, rx_msgs;
+
 	/* One sender and one receiver at a time, for whole calls. */
 	struct mutex		send_mutex;	/* whole sendmsg calls */
 	struct mutex		recv_mutex;	/* whole recvmsg calls */
@@ -176,8 +184,38 @@ struct sd_group {
 	struct list_head	members;	/* sd_sock.group_node */
 };
 
+/* One side of an access-control rule; absent parts match anything. */
+struct sd_rule_match {
+	struct in6_addr	addr;
+	u8		prefix;
+	bool		has_addr;
+	bool		has_port;
+	u16		port_min;
+	u16		port_max;
+};
+
+/* An access-control rule (sd_policy.c). */
+struct sd_rule {
+	struct list_head	node;		/* sd_net.rules, RCU */
+	struct rcu_head		rcu;
+	u32			id;
+	u8			action;		/* SD_ACTION_* */
+	u8			dir;		/* SD_DIR_* mask */
+	bool			has_uid;
+	bool			has_gid;
+	kuid_t			uid_min, uid_max;
+	kgid_t			gid_min, gid_max;
+	struct sd_rule_match	local;
+	struct sd_rule_match	remote;
+	atomic64_t		hits;
+	char			comment[SD_RULE_COMMENT_MAX];
+};
+
 /* Per network namespace state. */
 #define SD_HASH_BITS	10
+
+struct sd_net;
+struct sd_net *sd_net(const struct net *net);
 
 struct sd_net {
 	spinlock_t		bind_lock;	/* bind_table, listen_table */
@@ -187,13 +225,27 @@ struct sd_net {
 	wait_queue_head_t	backlog_wait;
 	u32			port_rover;
 
+	/* Access control: readers under RCU, writers hold rules_lock. */
+	struct mutex		rules_lock;	/* writers of rules */
+	struct list_head	rules;
+	unsigned int		nr_rules;
+	u32			rule_seq;
+
+	atomic64_t		stats[__SD_STAT_MAX];
+
 	/* sysctls (net.sd.*), see sd_sysctl.c */
 	int			port_range[2];
 	int			ring_size;
+	int			ring_size_max;
+	int			default_policy;	/* SD_ACTION_ALLOW or _DENY */
+	int			redirect;
 	struct ctl_table_header	*sysctl_hdr;
 };
 
-struct sd_net *sd_net(const struct net *net);
+static inline void sd_stat_inc(struct net *net, enum sd_stat stat)
+{
+	atomic64_inc(&sd_net(net)->stats[stat]);
+}
 
 /* sd_main.c */
 extern struct proto sd_proto;
@@ -249,6 +301,19 @@ int sd_mmap(struct file *file, struct socket *sock,
 	    struct vm_area_struct *vma);
 int sd_shutdown(struct socket *sock, int how);
 bool sd_rx_unread(struct sd_sock *ss);
+
+/* sd_policy.c */
+bool sd_policy_allows(struct net *net, unsigned int dir, kuid_t uid,
+		      kgid_t gid, const struct sd_addr *local,
+		      const struct sd_addr *remote);
+int sd_rule_insert(struct sd_net *sn, struct sd_rule *rule, u32 pos);
+int sd_rule_delete(struct sd_net *sn, u32 id);
+void sd_rules_flush(struct sd_net *sn);
+void sd_current_ids(kuid_t *uid, kgid_t *gid);
+
+/* sd_netlink.c */
+int sd_netlink_init(void);
+void sd_netlink_exit(void);
 
 /* sd_sysctl.c */
 int sd_sysctl_register(struct net *net, struct sd_net *sn);

@@ -9,9 +9,11 @@
  */
 #define pr_fmt(fmt) "af_sd: " fmt
 
+#include <linux/cred.h>
 #include <linux/in.h>
 #include <linux/in6.h>
 #include <linux/log2.h>
+#include <linux/pid.h>
 #include <linux/slab.h>
 #include <net/addrconf.h>
 #include <net/ip.h>
@@ -263,6 +265,20 @@ void sd_unhash(struct sock *sk)
 	spin_unlock(&sn->bind_lock);
 }
 
+/* Access control of bind and listen (SD_DIR_BIND), counted if denied. */
+static bool sd_bind_allowed(struct sock *sk)
+{
+	kuid_t uid;
+	kgid_t gid;
+
+	sd_current_ids(&uid, &gid);
+	if (sd_policy_allows(sock_net(sk), SD_DIR_BIND, uid, gid,
+			     &sd_sk(sk)->local, NULL))
+		return true;
+	sd_stat_inc(sock_net(sk), SD_STAT_DENIED_BIND);
+	return false;
+}
+
 int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
 {
 	struct sock *sk = sock->sk;
@@ -291,8 +307,14 @@ int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
 		goto out;
 
 	err = sd_get_port(sk, &a);
-	if (!err)
-		ss->family = family;
+	if (err)
+		goto out;
+	if (!sd_bind_allowed(sk)) {
+		sd_unhash(sk);
+		err = -EACCES;
+		goto out;
+	}
+	ss->family = family;
 out:
 	release_sock(sk);
 	return err;
@@ -360,6 +382,9 @@ int sd_listen(struct socket *sock, int backlog)
 		if (err)
 			goto out;
 	}
+	err = -EACCES;
+	if (!sd_bind_allowed(sk))
+		goto out;
 
 	err = -ENOMEM;
 	fresh = kzalloc(sizeof(*fresh), GFP_KERNEL_ACCOUNT);
@@ -417,9 +442,10 @@ static void sd_drop_child(struct sock *child)
 	/* The listener's lock is held: another socket of the same class. */
 	lock_sock_nested(child, SINGLE_DEPTH_NESTING);
 	sd_conn_close(child, true);
+	/* Out of the tables before the connection goes (sdctl reads it). */
+	sd_unhash(child);
 	sd_conn_put(sd_sk(child)->conn);
 	sd_sk(child)->conn = NULL;
-	sd_unhash(child);
 	sd_set_state(child, TCP_CLOSE);
 	release_sock(child);
 	sock_orphan(child);
@@ -587,8 +613,13 @@ int sd_accept(struct socket *sock, struct socket *newsock, int flags,
 		return err;
 
 	wake_up_interruptible(&sd_net(sock_net(sk))->backlog_wait);
+	sd_stat_inc(sock_net(sk), SD_STAT_ACCEPTS);
 
 	lock_sock(child);
+	/* The accepting process owns it now (sdctl shows it). */
+	put_pid(sd_sk(child)->owner);
+	sd_sk(child)->owner = get_task_pid(current, PIDTYPE_TGID);
+	sd_sk(child)->gid = current_fsgid();
 	sock_graft(child, newsock);
 	newsock->state = SS_CONNECTED;
 	release_sock(child);
@@ -616,7 +647,8 @@ static u32 sd_ring_size(struct sock *sk, bool tx)
 		want = READ_ONCE(sk->sk_sndbuf) / 2;
 	else if (!tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
 		want = READ_ONCE(sk->sk_rcvbuf) / 2;
-	want = clamp_t(int, want, SD_RING_MIN_SIZE, SD_RING_MAX_SIZE);
+	want = clamp_t(int, want, SD_RING_MIN_SIZE,
+		       max(def, READ_ONCE(sd_net(sock_net(sk))->ring_size_max)));
 	return roundup_pow_of_two(want);
 }
 
@@ -678,7 +710,26 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	struct sd_net *sn = sd_net(net);
 	struct sd_conn *conn;
 	struct sock *child;
+	kuid_t uid = g->uid;
+	kgid_t gid = GLOBAL_ROOT_GID;
+	struct sd_addr srv;
 	int err;
+
+	/*
+	 * Accept rules speak for the listener: its owner, its address (the
+	 * one dialled when it listens on a wildcard), the client as remote.
+	 */
+	srv.addr = sd_addr_any(&g->addr.addr) ? dst->addr : g->addr.addr;
+	srv.port = g->addr.port;
+	spin_lock(&g->lock);
+	if (!list_empty(&g->members))
+		gid = list_first_entry(&g->members, struct sd_sock,
+				       group_node)->gid;
+	spin_unlock(&g->lock);
+	if (!sd_policy_allows(net, SD_DIR_ACCEPT, uid, gid, &srv, &ss->local)) {
+		sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
+		return -ECONNREFUSED;
+	}
 
 	conn = sd_conn_alloc(sk);
 	if (!conn)
@@ -692,8 +743,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	cs = sd_sk(child);
 
 	/* The server end: the listener's address, or the one dialled. */
-	cs->local.addr = sd_addr_any(&g->addr.addr) ? dst->addr : g->addr.addr;
-	cs->local.port = g->addr.port;
+	cs->local = srv;
 	cs->peer = ss->local;
 	cs->side = 1;
 	cs->conn = conn;
@@ -724,6 +774,8 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	add_wait_queue(&sn->backlog_wait, &wait);
 	for (;;) {
 		err = sd_group_enqueue(g, child);
+		if (err == -EAGAIN)
+			sd_stat_inc(net, SD_STAT_BACKLOG_FULL);
 		if (err != -EAGAIN || !*timeo)
 			break;
 		err = sock_intr_errno(*timeo);
@@ -741,13 +793,13 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 		return 0;
 	}
 
-	/* Undo: nobody but us has seen the connection. */
+	/* Undo: nobody but us (and sdctl) has seen the connection. */
+	sd_unhash(child);
 	RCU_INIT_POINTER(conn->end[0], NULL);
 	RCU_INIT_POINTER(conn->end[1], NULL);
 	cs->conn = NULL;
 	sd_conn_put(conn);
 	sd_conn_put(conn);
-	sd_unhash(child);
 	sock_put(child);
 	return err;
 }
@@ -761,6 +813,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	bool nonblock = flags & O_NONBLOCK;
 	bool autobound = false;
 	struct sd_group *g;
+	kuid_t uid;
+	kgid_t gid;
 	sa_family_t family;
 	struct sd_addr dst;
 	long timeo;
@@ -819,10 +873,23 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	}
 	ss->family = family;
 
+	sd_current_ids(&uid, &gid);
+	if (!sd_policy_allows(net, SD_DIR_CONNECT, uid, gid, &ss->local,
+			      &dst)) {
+		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
+		/* The caller lacks the right: EACCES, not a refusal. */
+		err = -EACCES;
+		if (autobound)
+			sd_unhash(sk);
+		goto out;
+	}
+
 	err = -ECONNREFUSED;
 	g = sd_group_lookup(sd_net(net), &dst);
-	if (!g)
+	if (!g) {
+		sd_stat_inc(net, SD_STAT_REFUSED);
 		goto refused;
+	}
 
 	timeo = sock_sndtimeo(sk, nonblock);
 	err = sd_conn_establish(sk, g, &dst, &timeo);
@@ -831,6 +898,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		goto refused;
 
 	sd_set_state(sk, TCP_ESTABLISHED);
+	sd_stat_inc(net, SD_STAT_CONNECTS);
 	if (nonblock) {
 		/* As TCP: the outcome is for poll and SO_ERROR to tell. */
 		sock->state = SS_CONNECTING;
@@ -875,6 +943,8 @@ void sd_wake_peer(struct sock *sk, bool data)
 	rcu_read_lock();
 	peer = rcu_dereference(ss->conn->end[!ss->side]);
 	if (peer) {
+		if (skwq_has_sleeper(rcu_dereference(peer->sk_wq)))
+			sd_stat_inc(sock_net(sk), SD_STAT_WAKEUPS);
 		if (data)
 			peer->sk_data_ready(peer);
 		else
@@ -909,6 +979,7 @@ void sd_conn_close(struct sock *sk, bool reset)
 	sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
 	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_CLOSED);
 	if (reset) {
+		sd_stat_inc(sock_net(sk), SD_STAT_RESETS);
 		WRITE_ONCE(conn->reset, true);
 		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_RESET);
 		sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_RESET);
@@ -963,6 +1034,7 @@ void sd_conn_corrupt(struct sock *sk)
 {
 	net_warn_ratelimited("af_sd: corrupt ring, connection reset (pid %d)\n",
 			     task_pid_nr(current));
+	sd_stat_inc(sock_net(sk), SD_STAT_CORRUPT);
 	spin_lock(&sd_sk(sk)->conn->lock);
 	WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
 	sd_set_state(sk, TCP_CLOSE);

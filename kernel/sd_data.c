@@ -104,6 +104,8 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			break;
 		if (n) {
 			sent += n;
+			ss->tx_bytes += n;
+			ss->tx_msgs++;
 			sd_wake_peer(sk, true);
 			continue;
 		}
@@ -238,6 +240,10 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	remove_wait_queue(sk_sleep(sk), &wait);
 	if (!peek && ss->conn && !READ_ONCE(ss->conn->gone[ss->side]))
 		sd_rx_credit(sk, sd_ring_readable(sd_rx(ss), NULL) == 0);
+	if (!peek && copied > 0) {
+		ss->rx_bytes += copied;
+		ss->rx_msgs++;
+	}
 	err = copied;
 out:
 	release_sock(sk);

@@ -9,6 +9,9 @@
 #include <linux/module.h>
 #include <linux/net.h>
 #include <linux/in.h>
+#include <linux/cred.h>
+#include <linux/pid.h>
+#include <net/genetlink.h>
 #include <net/net_namespace.h>
 #include <net/netns/generic.h>
 #include <net/sock.h>
@@ -39,6 +42,7 @@ static void sd_destruct(struct sock *sk)
 
 	mutex_destroy(&ss->send_mutex);
 	mutex_destroy(&ss->recv_mutex);
+	put_pid(ss->owner);
 	sock_prot_inuse_add(sock_net(sk), sk->sk_prot, -1);
 }
 
@@ -71,6 +75,8 @@ struct sock *sd_sk_alloc(struct net *net, struct socket *sock, int kern)
 	INIT_LIST_HEAD(&ss->accept_node);
 	mutex_init(&ss->send_mutex);
 	mutex_init(&ss->recv_mutex);
+	ss->owner = get_task_pid(current, PIDTYPE_TGID);
+	ss->gid = current_fsgid();
 
 	sock_prot_inuse_add(net, &sd_proto, 1);
 	return sk;
@@ -100,10 +106,13 @@ static int sd_release(struct socket *sock)
 		abort = sd_rx_unread(ss) ||
 			(sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime);
 		sd_conn_close(sk, abort);
+	}
+	/* Out of the tables before the connection goes (sdctl reads it). */
+	sd_unhash(sk);
+	if (ss->conn) {
 		sd_conn_put(ss->conn);
 		ss->conn = NULL;
 	}
-	sd_unhash(sk);
 	sd_set_state(sk, TCP_CLOSE);
 	release_sock(sk);
 
@@ -171,15 +180,24 @@ static int __net_init sd_net_init(struct net *net)
 	}
 	init_waitqueue_head(&sn->backlog_wait);
 	sn->port_rover = get_random_u32();
+	mutex_init(&sn->rules_lock);
+	INIT_LIST_HEAD(&sn->rules);
 	sn->port_range[0] = 32768;
 	sn->port_range[1] = 60999;
 	sn->ring_size = 128 * 1024;
+	sn->ring_size_max = 4 * 1024 * 1024;
+	sn->default_policy = SD_ACTION_ALLOW;
 	return sd_sysctl_register(net, sn);
 }
 
 static void __net_exit sd_net_exit(struct net *net)
 {
-	sd_sysctl_unregister(sd_net(net));
+	struct sd_net *sn = sd_net(net);
+
+	sd_sysctl_unregister(sn);
+	mutex_lock(&sn->rules_lock);
+	sd_rules_flush(sn);
+	mutex_unlock(&sn->rules_lock);
 }
 
 static struct pernet_operations sd_net_ops = {
@@ -201,9 +219,13 @@ static int __init sd_init(void)
 	if (err)
 		goto out_proto;
 
-	err = sock_register(&sd_family_ops);
+	err = sd_netlink_init();
 	if (err)
 		goto out_pernet;
+
+	err = sock_register(&sd_family_ops);
+	if (err)
+		goto out_netlink;
 
 #if defined(SD_SELFTEST_BREAK) && SD_SELFTEST_BREAK == 1
 	/* Harness self-test: a splat the harness must catch. */
@@ -213,6 +235,8 @@ static int __init sd_init(void)
 		PF_SD);
 	return 0;
 
+out_netlink:
+	sd_netlink_exit();
 out_pernet:
 	unregister_pernet_subsys(&sd_net_ops);
 out_proto:
@@ -224,7 +248,10 @@ out:
 static void __exit sd_exit(void)
 {
 	sock_unregister(PF_SD);
+	sd_netlink_exit();
 	unregister_pernet_subsys(&sd_net_ops);
+	/* Rules freed with kfree_rcu() must be gone before the code is. */
+	rcu_barrier();
 	proto_unregister(&sd_proto);
 }
 
@@ -235,3 +262,4 @@ MODULE_LICENSE("GPL");
 MODULE_DESCRIPTION("AF_SD shared-memory and RDMA stream sockets");
 MODULE_VERSION(SD_MODULE_VERSION);
 MODULE_ALIAS_NETPROTO(PF_SD);
+MODULE_ALIAS_GENL_FAMILY(SD_GENL_NAME);

@@ -7,6 +7,7 @@
  */
 #include <linux/log2.h>
 #include <linux/slab.h>
+#include <linux/string.h>
 #include <linux/sysctl.h>
 #include <net/net_namespace.h>
 
@@ -67,6 +68,43 @@ static int sd_ring_size_handler(struct ctl_table *table, int write,
 	return err;
 }
 
+/* net.sd.ring_size_max: bound of rings sized from SO_SNDBUF/SO_RCVBUF. */
+static int sd_ring_max_handler(struct ctl_table *table, int write,
+			       void *buffer, size_t *lenp, loff_t *ppos)
+{
+	return sd_ring_size_handler(table, write, buffer, lenp, ppos);
+}
+
+/* net.sd.default_policy: "allow" or "deny", when no rule matches. */
+static int sd_policy_handler(struct ctl_table *table, int write,
+			     void *buffer, size_t *lenp, loff_t *ppos)
+{
+	int *policy = table->data;
+	char val[8];
+	struct ctl_table tmp = {
+		.data = val,
+		.maxlen = sizeof(val),
+		.mode = table->mode,
+	};
+	int err;
+
+	strscpy(val, READ_ONCE(*policy) == SD_ACTION_DENY ? "deny" : "allow",
+		sizeof(val));
+	err = proc_dostring(&tmp, write, buffer, lenp, ppos);
+	if (!write || err)
+		return err;
+	if (!strcmp(val, "allow"))
+		WRITE_ONCE(*policy, SD_ACTION_ALLOW);
+	else if (!strcmp(val, "deny"))
+		WRITE_ONCE(*policy, SD_ACTION_DENY);
+	else
+		return -EINVAL;
+	return 0;
+}
+
+static int sd_zero;
+static int sd_one = 1;
+
 static const struct ctl_table sd_sysctl_template[] = {
 	{
 		.procname	= "port_range",
@@ -79,6 +117,27 @@ static const struct ctl_table sd_sysctl_template[] = {
 		.maxlen		= sizeof(int),
 		.mode		= 0644,
 		.proc_handler	= sd_ring_size_handler,
+	},
+	{
+		.procname	= "ring_size_max",
+		.maxlen		= sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= sd_ring_max_handler,
+	},
+	{
+		.procname	= "default_policy",
+		.maxlen		= sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= sd_policy_handler,
+	},
+	{
+		/* 0: off, 1: libsd redirects AF_INET stream sockets */
+		.procname	= "redirect",
+		.maxlen		= sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= proc_dointvec_minmax,
+		.extra1		= &sd_zero,
+		.extra2		= &sd_one,
 	},
 	{ }
 };
@@ -94,6 +153,9 @@ int sd_sysctl_register(struct net *net, struct sd_net *sn)
 
 	table[0].data = sn->port_range;
 	table[1].data = &sn->ring_size;
+	table[2].data = &sn->ring_size_max;
+	table[3].data = &sn->default_policy;
+	table[4].data = &sn->redirect;
 
 	sn->sysctl_hdr = register_net_sysctl(net, "net/sd", table);
 	if (!sn->sysctl_hdr) {

@@ -172,4 +172,163 @@ struct sd_rec {
 #define SD_RING_MIN_SIZE	4096U
 #define SD_RING_MAX_SIZE	(64U << 20)
 
+/*
+ * Generic netlink family "sd" (version 1): the monitor's control plane.
+ * Every command acts on the caller's network namespace.  Requests are
+ * validated strictly: an attribute a command does not take is an error.
+ * Mutating commands need CAP_NET_ADMIN in the namespace's user namespace.
+ *
+ *   SD_CMD_SOCK_GET        dump: one message per bound or connected socket
+ *     SD_A_SOCK_INODE u64, SD_A_SOCK_STATE u8 (TCP_* state numbers),
+ *     SD_A_SOCK_FAMILY u16, SD_A_SOCK_LOCAL / SD_A_SOCK_PEER nest {
+ *       SD_A_ADDR_IN6 binary[16] (IPv4 as ::ffff:a.b.c.d), SD_A_ADDR_PORT u16
+ *     }, SD_A_SOCK_UID u32, SD_A_SOCK_PID u32, SD_A_SOCK_TRANSPORT u8,
+ *     SD_A_SOCK_FALLBACK u8 (SD_FALLBACK_*, transport tcp only),
+ *     SD_A_SOCK_TX_BYTES, SD_A_SOCK_RX_BYTES, SD_A_SOCK_TX_MSGS,
+ *     SD_A_SOCK_RX_MSGS u64 (through the kernel's path),
+ *     SD_A_SOCK_TX_FILL, SD_A_SOCK_RX_FILL, SD_A_SOCK_TX_SIZE,
+ *     SD_A_SOCK_RX_SIZE u32 (bytes in use and size of each ring)
+ *   SD_CMD_LISTENER_GET    dump: one message per listening socket
+ *     SD_A_SOCK_INODE, SD_A_SOCK_FAMILY, SD_A_SOCK_LOCAL, SD_A_SOCK_UID,
+ *     SD_A_SOCK_PID, SD_A_LISTEN_BACKLOG u32, SD_A_LISTEN_QUEUED u32,
+ *     SD_A_LISTEN_GROUP u32 (members of its SO_REUSEPORT group)
+ *   SD_CMD_RULE_GET        dump: the rules in order, each as SD_A_RULE_*
+ *   SD_CMD_RULE_ADD        admin: SD_A_RULE_ACTION and SD_A_RULE_DIR
+ *                          required, the match attributes optional,
+ *                          SD_A_RULE_POSITION to insert (default: append);
+ *                          the reply carries the new SD_A_RULE_ID
+ *   SD_CMD_RULE_DEL        admin: SD_A_RULE_ID
+ *   SD_CMD_RULE_FLUSH      admin: no attributes
+ *   SD_CMD_STATS_GET       do: SD_A_STATS nest { SD_STAT_* u64 }
+ */
+#define SD_GENL_NAME		"sd"
+#define SD_GENL_VERSION		1
+
+enum sd_cmd {
+	SD_CMD_UNSPEC,
+	SD_CMD_SOCK_GET,
+	SD_CMD_LISTENER_GET,
+	SD_CMD_RULE_GET,
+	SD_CMD_RULE_ADD,
+	SD_CMD_RULE_DEL,
+	SD_CMD_RULE_FLUSH,
+	SD_CMD_STATS_GET,
+	__SD_CMD_MAX,
+};
+
+#define SD_CMD_MAX (__SD_CMD_MAX - 1)
+
+enum sd_attr {
+	SD_A_UNSPEC,
+	SD_A_PAD,
+	SD_A_SOCK_INODE,	/* u64 */
+	SD_A_SOCK_STATE,	/* u8 */
+	SD_A_SOCK_FAMILY,	/* u16 */
+	SD_A_SOCK_LOCAL,	/* nest: SD_A_ADDR_* */
+	SD_A_SOCK_PEER,		/* nest: SD_A_ADDR_* */
+	SD_A_SOCK_UID,		/* u32 */
+	SD_A_SOCK_PID,		/* u32 */
+	SD_A_SOCK_TRANSPORT,	/* u8: SD_TRANSPORT_* */
+	SD_A_SOCK_FALLBACK,	/* u8: SD_FALLBACK_* */
+	SD_A_SOCK_TX_BYTES,	/* u64 */
+	SD_A_SOCK_RX_BYTES,	/* u64 */
+	SD_A_SOCK_TX_MSGS,	/* u64 */
+	SD_A_SOCK_RX_MSGS,	/* u64 */
+	SD_A_SOCK_TX_FILL,	/* u32 */
+	SD_A_SOCK_RX_FILL,	/* u32 */
+	SD_A_SOCK_TX_SIZE,	/* u32 */
+	SD_A_SOCK_RX_SIZE,	/* u32 */
+	SD_A_LISTEN_BACKLOG,	/* u32 */
+	SD_A_LISTEN_QUEUED,	/* u32 */
+	SD_A_LISTEN_GROUP,	/* u32 */
+	SD_A_RULE_ID,		/* u32 */
+	SD_A_RULE_POSITION,	/* u32: 0-based index to insert at */
+	SD_A_RULE_ACTION,	/* u8: SD_ACTION_* */
+	SD_A_RULE_DIR,		/* u8: mask of SD_DIR_* */
+	SD_A_RULE_UID_MIN,	/* u32 */
+	SD_A_RULE_UID_MAX,	/* u32 */
+	SD_A_RULE_GID_MIN,	/* u32 */
+	SD_A_RULE_GID_MAX,	/* u32 */
+	SD_A_RULE_LOCAL,	/* nest: SD_A_ADDR_IN6, SD_A_ADDR_PREFIX,
+				 * SD_A_ADDR_PORT_MIN, SD_A_ADDR_PORT_MAX
+				 */
+	SD_A_RULE_REMOTE,	/* nest: as SD_A_RULE_LOCAL */
+	SD_A_RULE_HITS,		/* u64, in dumps */
+	SD_A_RULE_COMMENT,	/* string, at most SD_RULE_COMMENT_MAX bytes */
+	SD_A_STATS,		/* nest: SD_STAT_* u64 */
+	__SD_A_MAX,
+};
+
+#define SD_A_MAX (__SD_A_MAX - 1)
+
+enum sd_addr_attr {
+	SD_A_ADDR_UNSPEC,
+	SD_A_ADDR_IN6,		/* binary[16] */
+	SD_A_ADDR_PORT,		/* u16 */
+	SD_A_ADDR_PREFIX,	/* u8, 0..128, of SD_A_ADDR_IN6 */
+	SD_A_ADDR_PORT_MIN,	/* u16 */
+	SD_A_ADDR_PORT_MAX,	/* u16 */
+	__SD_A_ADDR_MAX,
+};
+
+#define SD_A_ADDR_MAX (__SD_A_ADDR_MAX - 1)
+
+#define SD_RULE_COMMENT_MAX	64
+#define SD_RULES_MAX		4096
+
+enum sd_transport {
+	SD_TRANSPORT_NONE,	/* not connected */
+	SD_TRANSPORT_SHM,	/* rings in shared memory, this host */
+	SD_TRANSPORT_RDMA,	/* rings over RDMA, another host */
+	SD_TRANSPORT_TCP,	/* fell back to TCP */
+};
+
+enum sd_fallback {
+	SD_FALLBACK_NONE,
+	SD_FALLBACK_NO_LISTENER,	/* no AF_SD listener at the address */
+	SD_FALLBACK_PEER_NO_SD,		/* the remote host runs no AF_SD */
+	SD_FALLBACK_NO_RDMA,		/* a side has no RDMA device */
+	SD_FALLBACK_HANDSHAKE,		/* the rendezvous failed or timed out */
+	SD_FALLBACK_POLICY,		/* a redirect policy said TCP */
+	SD_FALLBACK_TCP_CLIENT,		/* a plain TCP client of a listener */
+	__SD_FALLBACK_MAX,
+};
+
+enum sd_action {
+	SD_ACTION_UNSPEC,
+	SD_ACTION_ALLOW,
+	SD_ACTION_DENY,
+};
+
+/* Directions a rule applies to (SD_A_RULE_DIR is a mask of these). */
+#define SD_DIR_CONNECT		(1U << 0)	/* a task connects */
+#define SD_DIR_ACCEPT		(1U << 1)	/* a listener is offered one */
+#define SD_DIR_BIND		(1U << 2)	/* a task binds or listens */
+#define SD_DIR_ALL		(SD_DIR_CONNECT | SD_DIR_ACCEPT | SD_DIR_BIND)
+
+/* Per-netns counters, the attribute types inside SD_A_STATS. */
+enum sd_stat {
+	SD_STAT_UNSPEC,
+	SD_STAT_CONNECTS,	/* connections established */
+	SD_STAT_ACCEPTS,	/* connections accepted */
+	SD_STAT_REFUSED,	/* connects with no listener */
+	SD_STAT_DENIED_CONNECT,	/* refused by a connect rule (EACCES) */
+	SD_STAT_DENIED_ACCEPT,	/* refused by an accept rule (ECONNREFUSED) */
+	SD_STAT_DENIED_BIND,	/* refused by a bind rule (EACCES) */
+	SD_STAT_BACKLOG_FULL,	/* connects that met a full backlog */
+	SD_STAT_RESETS,		/* connections reset */
+	SD_STAT_CORRUPT,	/* resets for a corrupt ring */
+	SD_STAT_WAKEUPS,	/* sleepers woken by the kernel's path */
+	SD_STAT_TAKEOVERS,	/* send or receive tokens taken over */
+	SD_STAT_FALLBACK_NO_LISTENER,	/* the SD_FALLBACK_* reasons, */
+	SD_STAT_FALLBACK_PEER_NO_SD,	/* in the same order */
+	SD_STAT_FALLBACK_NO_RDMA,
+	SD_STAT_FALLBACK_HANDSHAKE,
+	SD_STAT_FALLBACK_POLICY,
+	SD_STAT_FALLBACK_TCP_CLIENT,
+	__SD_STAT_MAX,
+};
+
+#define SD_STAT_MAX (__SD_STAT_MAX - 1)
+
 #endif /* _UAPI_LINUX_SD_H */
