@@ -462,3 +462,39 @@ def test_module_cannot_unload_while_a_socket_exists(no_leak):
     assert r.returncode != 0
     assert os.path.exists("/sys/module/af_sd")
     s.close()
+
+
+@pytest.mark.parametrize("name,bad,good", [
+    ("ring_size", ["1000", "2048", "0", "-4096", "134217728", "x"],
+     "8192"),
+    ("ring_size_max", ["3000", "0", "134217728", "1e6"], "1048576"),
+    ("port_range", ["100 50", "0 10", "1 70000", "5", "a b"], "40000 50000"),
+    ("default_policy", ["bogus", "ALLOW", "allow deny", "1"], "deny"),
+    ("redirect", ["2", "-1", "x", "9999999999"], "1"),
+])
+def test_every_sysctl_rejects_bad_values_and_keeps_the_old(name, bad, good):
+    old = sysctl(name)
+    try:
+        for value in bad:
+            assert sysctl(name, value) == "EINVAL", (name, value)
+            assert sysctl(name) == old, (name, value)
+        assert sysctl(name, good) == "OK"
+        assert sysctl(name) == good.split()
+    finally:
+        sysctl(name, " ".join(old))
+    assert sysctl(name) == old
+
+
+def test_sysctls_need_privilege():
+    probe = textwrap.dedent("""
+        import os
+        os.setuid(65534)
+        try:
+            open("/proc/sys/net/sd/ring_size", "w").write("8192")
+            print("written")
+        except OSError as e:
+            print(e.errno)
+    """)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                         text=True, check=True)
+    assert out.stdout.strip() in (str(errno.EACCES), str(errno.EPERM))
