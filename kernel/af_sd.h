@@ -61,15 +61,38 @@ struct sd_ring {
 	u64		head;		/* position of the current record */
 	u32		rec_off;	/* bytes of it already consumed */
 	u64		published;	/* last credit written to the ring */
+
+	/*
+	 * A process that drives a side through libsd (NULL: the kernel
+	 * does, and the positions above are current).  Each under the lock
+	 * of its side, like the positions.
+	 */
+	struct pid	*prod_owner;
+	struct pid	*cons_owner;
+	u32		token_seq;	/* under conn->lock */
 };
 
-/* Layout of a ring's first page (private: user space gets offsets). */
+/*
+ * Layout of a ring's first page (private: user space gets offsets).  Each
+ * writer has its own pair of cache lines (128 bytes: the adjacent-line
+ * prefetcher pairs them).
+ */
 struct sd_ring_hdr {
-	u32	prod_flags;			/* producer's cache lines */
+	u32	prod_flags;			/* producer, shared */
 	u8	pad0[124];
-	u64	consumer;			/* consumer's cache lines */
+	u64	consumer;			/* consumer, shared */
 	u32	cons_flags;
 	u8	pad1[116];
+	u64	prod_pos;			/* producer, private */
+	u32	prod_busy;
+	u8	pad2[116];
+	u64	cons_pos;			/* consumer, private */
+	u32	cons_off;
+	u32	cons_busy;
+	u8	pad3[112];
+	u32	prod_token;			/* kernel, read-mostly */
+	u32	cons_token;
+	u8	pad4[120];
 };
 
 #define SD_RING_HDR_PROD	0
@@ -262,11 +285,15 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
 		 bool peek, size_t *done);
 int sd_ring_readable(struct sd_ring *ring, size_t *bytes);
 int sd_ring_space(struct sd_ring *ring, u32 *space);
+u32 sd_ring_space_hint(struct sd_ring *ring);
 bool sd_ring_credit(struct sd_ring *ring, bool force);
 void sd_ring_set_flags(struct sd_ring *ring, unsigned int off, u32 flags);
 void sd_ring_clear_flags(struct sd_ring *ring, unsigned int off, u32 flags);
 u32 sd_ring_get_flags(struct sd_ring *ring, unsigned int off);
 int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma);
+int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod);
+void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok);
+void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off);
 void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off);
 
 /* sd_conn.c: addresses, bind, listen, connect, accept, close */

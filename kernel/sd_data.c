@@ -53,6 +53,31 @@ static int sd_call_lock(struct mutex *m, bool nonblock)
 	return mutex_lock_interruptible(m) ? -ERESTARTSYS : 0;
 }
 
+/*
+ * A system call needs a side a process drives through libsd: take it
+ * back (see "Tokens" in the uapi header).  Called with the call mutex
+ * and the socket lock held.  Returns 0, -ERESTARTSYS, or -ECONNRESET
+ * after resetting a connection the owner left corrupt.
+ */
+static int sd_take_back(struct sock *sk, bool prod)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_ring *ring;
+	int err;
+
+	if (!ss->conn || READ_ONCE(ss->conn->gone[ss->side]))
+		return 0;
+	ring = prod ? sd_tx(ss) : sd_rx(ss);
+	err = sd_ring_reclaim(sk, ring, prod);
+	if (err == -EPROTO) {
+		sd_conn_corrupt(sk);
+		return -ECONNRESET;
+	}
+	if (!err)
+		sd_stat_inc(sock_net(sk), SD_STAT_TAKEOVERS);
+	return err;
+}
+
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
@@ -71,6 +96,14 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 		return err;
 
 	lock_sock(sk);
+	if (ss->conn && READ_ONCE(sd_tx(ss)->prod_owner)) {
+		err = sd_take_back(sk, true);
+		if (err) {
+			release_sock(sk);
+			mutex_unlock(&ss->send_mutex);
+			return err;
+		}
+	}
 	timeo = sock_sndtimeo(sk, nonblock);
 	add_wait_queue(sk_sleep(sk), &wait);
 	for (;;) {
@@ -188,6 +221,11 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	err = 0;
 	if (!len)
 		goto out;
+	if (READ_ONCE(sd_rx(ss)->cons_owner)) {
+		err = sd_take_back(sk, false);
+		if (err)
+			goto out;
+	}
 	len = min_t(size_t, len, INT_MAX);
 	timeo = sock_rcvtimeo(sk, nonblock);
 	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);
@@ -235,7 +273,14 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		/* About to sleep: give the writer all the room there is. */
 		if (!peek)
 			sd_rx_credit(sk, true);
+		/* Rule 3: a writer in user space wakes us only if asked. */
+		sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS,
+				  SD_RING_READER_WAIT);
+		/* Flag store before the header load (pairs: the writer's) */
+		smp_mb__after_atomic();
 		sk_wait_event(sk, &timeo, sd_rx_wake_cond(sk), &wait);
+		sd_ring_clear_flags(sd_rx(ss), SD_RING_HDR_CONS,
+				    SD_RING_READER_WAIT);
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
 	if (!peek && ss->conn && !READ_ONCE(ss->conn->gone[ss->side]))
@@ -254,10 +299,8 @@ out:
 /* Writable as poll sees it: a quarter of the ring free, as TCP's third. */
 static bool sd_tx_writable(struct sd_sock *ss)
 {
-	int space = sd_tx_space(ss);
-
-	return space < 0 || space >= (int)max_t(u32, sd_tx(ss)->size / 4,
-						 SD_TX_MIN_SPACE);
+	return sd_ring_space_hint(sd_tx(ss)) >=
+	       max_t(u32, sd_tx(ss)->size / 4, SD_TX_MIN_SPACE);
 }
 
 __poll_t sd_poll(struct file *file, struct socket *sock,
@@ -285,9 +328,19 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 
 	/* Pairs with the release in sd_conn_establish(). */
 	conn = smp_load_acquire(&ss->conn);
-	if (conn && !READ_ONCE(conn->gone[ss->side]) &&
-	    sd_ring_readable(sd_rx(ss), NULL))
-		mask |= EPOLLIN | EPOLLRDNORM;
+	if (conn && !READ_ONCE(conn->gone[ss->side])) {
+		if (sd_ring_readable(sd_rx(ss), NULL)) {
+			mask |= EPOLLIN | EPOLLRDNORM;
+		} else {
+			/* Rule 3: ask a user-space writer to wake us. */
+			sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS,
+					  SD_RING_READER_WAIT);
+			/* Flag store before the header load (pairs: writer) */
+			smp_mb__after_atomic();
+			if (sd_ring_readable(sd_rx(ss), NULL))
+				mask |= EPOLLIN | EPOLLRDNORM;
+		}
+	}
 
 	if (shutdown & SEND_SHUTDOWN || !conn) {
 		/* A write would not block (it fails at once). */
@@ -341,6 +394,52 @@ int sd_shutdown(struct socket *sock, int how)
 	return err;
 }
 
+/* SD_IOC_ACQUIRE and SD_IOC_RELEASE: hand a side to libsd, or back. */
+static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
+			  void __user *arg)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_token tok = {};
+	struct mutex *m;	/* the call mutex of that side */
+	bool prod;
+	u32 dir;
+	int err;
+
+	if (cmd == SD_IOC_ACQUIRE) {
+		if (copy_from_user(&tok, arg, sizeof(tok)))
+			return -EFAULT;
+		if (tok.pad)
+			return -EINVAL;
+		dir = tok.dir;
+	} else if (get_user(dir, (u32 __user *)arg)) {
+		return -EFAULT;
+	}
+	if (dir != SD_TOKEN_TX && dir != SD_TOKEN_RX)
+		return -EINVAL;
+	prod = dir == SD_TOKEN_TX;
+	m = prod ? &ss->send_mutex : &ss->recv_mutex;
+
+	if (mutex_lock_interruptible(m))
+		return -ERESTARTSYS;
+	lock_sock(sk);
+	err = -ENOTCONN;
+	if (!ss->conn)
+		goto out;
+	err = sd_take_back(sk, prod);
+	if (err || cmd == SD_IOC_RELEASE)
+		goto out;
+	/* A connection that ended is the system calls' to report. */
+	err = -EPIPE;
+	if (READ_ONCE(ss->conn->gone[ss->side]) || READ_ONCE(sk->sk_err))
+		goto out;
+	sd_ring_grant(prod ? sd_tx(ss) : sd_rx(ss), prod, &tok);
+	err = copy_to_user(arg, &tok, sizeof(tok)) ? -EFAULT : 0;
+out:
+	release_sock(sk);
+	mutex_unlock(m);
+	return err;
+}
+
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 {
 	struct sock *sk = sock->sk;
@@ -349,6 +448,22 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	int err = 0;
 
 	switch (cmd) {
+	case SD_IOC_ACQUIRE:
+	case SD_IOC_RELEASE:
+		return sd_token_ioctl(sk, cmd, (void __user *)arg);
+	case SD_IOC_WAKE: {
+		u32 dir;
+
+		if (get_user(dir, (u32 __user *)arg))
+			return -EFAULT;
+		if (dir != SD_TOKEN_TX && dir != SD_TOKEN_RX)
+			return -EINVAL;
+		/* conn is stable while the file is held (struct sd_sock). */
+		if (!smp_load_acquire(&ss->conn))
+			return -ENOTCONN;
+		sd_wake_peer(sk, dir == SD_TOKEN_TX);
+		return 0;
+	}
 	case SIOCINQ:
 		lock_sock(sk);
 		if (sk->sk_state == TCP_LISTEN)

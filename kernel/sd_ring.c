@@ -13,13 +13,15 @@
 #define pr_fmt(fmt) "af_sd: " fmt
 
 #include <linux/mm.h>
+#include <linux/pid.h>
+#include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
 #include <linux/vmalloc.h>
 
 #include "af_sd.h"
 
-static_assert(sizeof(struct sd_ring_hdr) == 256);
+static_assert(sizeof(struct sd_ring_hdr) == 640);
 static_assert(offsetof(struct sd_ring_hdr, consumer) == SD_RING_HDR_CONS);
 static_assert(sizeof(struct sd_rec) == SD_REC_HDR_LEN);
 
@@ -108,6 +110,8 @@ void sd_ring_free(struct sd_ring *ring)
 	if (!ring->pages)
 		return;
 	vunmap(ring->vaddr);
+	put_pid(ring->prod_owner);
+	put_pid(ring->cons_owner);
 	for (i = 0; i < ring->nr_pages; i++)
 		put_page(ring->pages[i]);
 	kvfree(ring->pages);
@@ -122,6 +126,13 @@ void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
 	off->data = PAGE_SIZE;
 	off->size = ring->size;
 	off->mmap_len = (u64)ring->nr_pages << PAGE_SHIFT;
+	off->prod_pos = offsetof(struct sd_ring_hdr, prod_pos);
+	off->prod_busy = offsetof(struct sd_ring_hdr, prod_busy);
+	off->cons_pos = offsetof(struct sd_ring_hdr, cons_pos);
+	off->cons_off = offsetof(struct sd_ring_hdr, cons_off);
+	off->cons_busy = offsetof(struct sd_ring_hdr, cons_busy);
+	off->prod_token = offsetof(struct sd_ring_hdr, prod_token);
+	off->cons_token = offsetof(struct sd_ring_hdr, cons_token);
 }
 
 int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma)
@@ -154,6 +165,19 @@ int sd_ring_space(struct sd_ring *ring, u32 *space)
 		return -EPROTO;
 	*space = ring->size - (u32)used;
 	return 0;
+}
+
+/* Free space as poll sees it (lockless; a process may own the side). */
+u32 sd_ring_space_hint(struct sd_ring *ring)
+{
+	u64 credit = READ_ONCE(sd_ring_hdr(ring)->consumer);
+	u64 tail;
+	u32 off;
+
+	sd_ring_view(ring, true, &tail, &off);
+	if (tail - credit > ring->size)
+		return ring->size;	/* nonsense: let the writer find out */
+	return ring->size - (u32)(tail - credit);
 }
 
 static void sd_rec_publish(struct sd_ring *ring, u32 off, u32 len, u32 flags)
@@ -234,7 +258,8 @@ int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
  * header's length and flags for a record, 0 for an empty slot, -EPROTO for
  * anything a producer may not write.
  */
-static int sd_rec_get(struct sd_ring *ring, u64 pos, u32 *len, u32 *flags)
+static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
+		      u32 *flags)
 {
 	u32 off = pos & (ring->size - 1);
 	u64 word;
@@ -257,7 +282,7 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u32 *len, u32 *flags)
 		return -EPROTO;
 	}
 	/* Not beyond what the credit lets the producer write. */
-	if (pos + SD_REC_SPACE(*len) - ring->published > ring->size)
+	if (pos + SD_REC_SPACE(*len) - credit > ring->size)
 		return -EPROTO;
 	return 1;
 }
@@ -283,7 +308,7 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
 		u32 rlen, rflags, n, copied;
 		int ret;
 
-		ret = sd_rec_get(ring, pos, &rlen, &rflags);
+		ret = sd_rec_get(ring, pos, ring->published, &rlen, &rflags);
 		if (ret <= 0) {
 			err = ret;
 			break;
@@ -331,14 +356,19 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
  */
 int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
 {
-	u64 pos = READ_ONCE(ring->head);
-	u32 roff = READ_ONCE(ring->rec_off);
+	u64 credit = READ_ONCE(sd_ring_hdr(ring)->consumer);
 	size_t total = 0;
 	u32 walked = 0;
+	u64 pos;
+	u32 roff;
 
+	sd_ring_view(ring, false, &pos, &roff);
+	/* The credit only bounds what is checked; never ahead of head. */
+	if (pos - credit > ring->size)
+		credit = pos;
 	while (walked < ring->size) {
 		u32 rlen, rflags;
-		int ret = sd_rec_get(ring, pos, &rlen, &rflags);
+		int ret = sd_rec_get(ring, pos, credit, &rlen, &rflags);
 
 		if (ret < 0)
 			return ret;
@@ -380,4 +410,156 @@ bool sd_ring_credit(struct sd_ring *ring, bool force)
 	/* Rule 4: the store above against the producer's flag load. */
 	smp_mb();
 	return true;
+}
+
+/* ---- tokens ------------------------------------------------------------ */
+
+static atomic_t sd_token_seq = ATOMIC_INIT(0);
+
+/*
+ * Where a side stands: the kernel's own position, or, while a process
+ * drives it, the one that process published (for poll, FIONREAD, sdctl:
+ * a hint, checked by every reader).  Lockless.
+ */
+void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+
+	*off = 0;
+	if (prod) {
+		*pos = READ_ONCE(ring->prod_owner) ? READ_ONCE(h->prod_pos) :
+						     READ_ONCE(ring->tail);
+	} else if (READ_ONCE(ring->cons_owner)) {
+		*pos = READ_ONCE(h->cons_pos);
+		*off = READ_ONCE(h->cons_off);
+	} else {
+		*pos = READ_ONCE(ring->head);
+		*off = READ_ONCE(ring->rec_off);
+	}
+}
+
+static bool sd_owner_alive(struct pid *owner)
+{
+	bool alive;
+
+	rcu_read_lock();
+	alive = !!pid_task(owner, PIDTYPE_TGID);
+	rcu_read_unlock();
+	return alive;
+}
+
+/* The producer side comes back: check the tail its owner published. */
+static int sd_take_prod(struct sd_ring *ring)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+	/* Rule 2: the credit, then what it frees is the producer's. */
+	u64 credit = smp_load_acquire(&h->consumer);
+	u64 pos = READ_ONCE(h->prod_pos);
+	u64 walk = ring->tail;
+
+	if (pos % SD_REC_ALIGN || pos - ring->tail > ring->size ||
+	    credit - ring->credit > pos - ring->credit || pos - credit > ring->size)
+		return -EPROTO;
+	/* Whole, valid records from where the kernel left off to pos. */
+	while (walk != pos) {
+		u32 rlen, rflags;
+
+		if (sd_rec_get(ring, walk, credit, &rlen, &rflags) != 1)
+			return -EPROTO;
+		walk += SD_REC_SPACE(rlen);
+		if (walk - ring->tail > pos - ring->tail)
+			return -EPROTO;
+	}
+	ring->tail = pos;
+	ring->credit = credit;
+	return 0;
+}
+
+/* The consumer side comes back: check the head its owner published. */
+static int sd_take_cons(struct sd_ring *ring)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+	u64 credit = READ_ONCE(h->consumer);
+	u64 pos = READ_ONCE(h->cons_pos);
+	u32 off = READ_ONCE(h->cons_off);
+
+	if (pos % SD_REC_ALIGN || pos - ring->head > ring->size ||
+	    credit - ring->published > pos - ring->published)
+		return -EPROTO;
+	if (off) {
+		u32 rlen, rflags;
+
+		if (sd_rec_get(ring, pos, credit, &rlen, &rflags) != 1 ||
+		    rflags & SD_REC_PAD || off >= rlen)
+			return -EPROTO;
+	}
+	ring->head = pos;
+	ring->rec_off = off;
+	ring->published = credit;
+	return 0;
+}
+
+/*
+ * Take a side back from the process that drives it, without its help:
+ * revoke the token, wait until the owner is between calls (or gone), then
+ * check and adopt its position.  Called with @sk (the side's socket)
+ * locked and its call mutex held; the lock is dropped while waiting, the
+ * mutex keeps every other taker out.  -EPROTO: the owner left the ring
+ * corrupt.
+ */
+int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+	struct pid **owner = prod ? &ring->prod_owner : &ring->cons_owner;
+	u32 *token = prod ? &h->prod_token : &h->cons_token;
+	u32 *busy = prod ? &h->prod_busy : &h->cons_busy;
+	int err;
+
+	if (!*owner)
+		return 0;
+	WRITE_ONCE(*token, 0);
+	/* The token store before the busy load; pairs with the owner's. */
+	smp_mb();
+	while (READ_ONCE(*busy) && sd_owner_alive(*owner)) {
+		if (signal_pending(current))
+			return -ERESTARTSYS;
+		release_sock(sk);
+		schedule_timeout_interruptible(1);
+		lock_sock(sk);
+	}
+	err = prod ? sd_take_prod(ring) : sd_take_cons(ring);
+	put_pid(*owner);
+	WRITE_ONCE(*owner, NULL);
+	return err;
+}
+
+/*
+ * Hand a side to the calling process (the kernel has it: reclaim first).
+ * Publishes the position to go on from and a fresh token.
+ */
+void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+	u32 token = atomic_inc_return(&sd_token_seq) ? : 1;
+
+	tok->token = token;
+	tok->off = 0;
+	if (prod) {
+		tok->pos = ring->tail;
+		WRITE_ONCE(h->prod_pos, ring->tail);
+		WRITE_ONCE(h->prod_busy, 0);
+		WRITE_ONCE(ring->prod_owner, get_task_pid(current, PIDTYPE_TGID));
+		/* Position before the token that makes it the owner's. */
+		smp_store_release(&h->prod_token, token);
+	} else {
+		sd_ring_credit(ring, true);
+		tok->pos = ring->head;
+		tok->off = ring->rec_off;
+		WRITE_ONCE(h->cons_pos, ring->head);
+		WRITE_ONCE(h->cons_off, ring->rec_off);
+		WRITE_ONCE(h->cons_busy, 0);
+		WRITE_ONCE(ring->cons_owner, get_task_pid(current, PIDTYPE_TGID));
+		/* Position before the token that makes it the owner's. */
+		smp_store_release(&h->cons_token, token);
+	}
 }

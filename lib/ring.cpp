@@ -173,6 +173,7 @@ int layout(void *buf, std::size_t buf_len, std::size_t size, sd_ring_offset &off
 	    !valid_size(size) || buf_len < page + size)
 		return -EINVAL;
 	std::memset(buf, 0, buf_len);
+	// The kernel's layout: each writer on its own pair of cache lines.
 	off = {
 		.consumer = CACHE_GAP,
 		.prod_flags = 0,
@@ -180,6 +181,13 @@ int layout(void *buf, std::size_t buf_len, std::size_t size, sd_ring_offset &off
 		.data = page,
 		.size = size,
 		.mmap_len = page + size,
+		.prod_pos = 2 * CACHE_GAP,
+		.prod_busy = 2 * CACHE_GAP + sizeof(std::uint64_t),
+		.cons_pos = 3 * CACHE_GAP,
+		.cons_off = 3 * CACHE_GAP + sizeof(std::uint64_t),
+		.cons_busy = 3 * CACHE_GAP + sizeof(std::uint64_t) + sizeof(std::uint32_t),
+		.prod_token = 4 * CACHE_GAP,
+		.cons_token = 4 * CACHE_GAP + sizeof(std::uint32_t),
 	};
 	return 0;
 }

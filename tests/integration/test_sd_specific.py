@@ -197,10 +197,12 @@ def test_namespaces_do_not_see_each_other(netns, no_leak):
 # ---- rings ---------------------------------------------------------------
 
 def offsets(s):
-    raw = s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 96)
-    vals = struct.unpack("12Q", raw)
-    keys = ("consumer", "prod_flags", "cons_flags", "data", "size", "mmap_len")
-    return dict(zip(keys, vals[:6])), dict(zip(keys, vals[6:]))
+    raw = s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 208)
+    vals = struct.unpack("26Q", raw)
+    keys = ("consumer", "prod_flags", "cons_flags", "data", "size", "mmap_len",
+            "prod_pos", "prod_busy", "cons_pos", "cons_off", "cons_busy",
+            "prod_token", "cons_token")
+    return dict(zip(keys, vals[:13])), dict(zip(keys, vals[13:]))
 
 
 def test_mmap_offsets_describe_both_rings(no_leak):

@@ -9,6 +9,7 @@
 #ifndef _UAPI_LINUX_SD_H
 #define _UAPI_LINUX_SD_H
 
+#include <linux/ioctl.h>
 #include <linux/types.h>
 
 /*
@@ -113,6 +114,14 @@ struct sd_ring_offset {
 	__u64 data;		/* start of the data area */
 	__u64 size;		/* bytes in the data area, a power of two */
 	__u64 mmap_len;		/* bytes to map */
+	/* Token handover (see "Tokens" below). */
+	__u64 prod_pos;		/* __u64 tail, written by a user producer */
+	__u64 prod_busy;	/* __u32, written by a user producer */
+	__u64 cons_pos;		/* __u64 head, written by a user consumer */
+	__u64 cons_off;		/* __u32 bytes of the record at head taken */
+	__u64 cons_busy;	/* __u32, written by a user consumer */
+	__u64 prod_token;	/* __u32 owner of the producer side (kernel) */
+	__u64 cons_token;	/* __u32 owner of the consumer side (kernel) */
 };
 
 struct sd_mmap_offsets {
@@ -128,6 +137,45 @@ struct sd_mmap_offsets {
 #define SD_RING_CLOSED		(1U << 1)	/* consumer reads no more */
 /* Either word: the kernel reset the connection. */
 #define SD_RING_RESET		(1U << 31)
+
+/*
+ * Tokens.  Each side of a ring (producing, consuming) is driven by one
+ * owner at a time: the kernel (system calls) or one process using libsd.
+ * ioctl(fd, SD_IOC_ACQUIRE, &tok) with tok.dir = SD_TOKEN_TX (this end's
+ * producer side) or SD_TOKEN_RX (its consumer side) makes the caller's
+ * process the owner and returns the token number and the position to go
+ * on from (tok.pos; tok.off: bytes already taken of the record at pos).
+ * The kernel takes the side back, without asking, whenever another
+ * process acquires it, a system call needs it, or SD_IOC_RELEASE.
+ *
+ * A user owner follows, for every operation:
+ *   store busy = 1; full barrier; load the token word: not ours -> store
+ *   busy = 0 and acquire again (or use the system call);
+ *   ... the operation ...; store the new position (prod_pos, or cons_pos
+ *   and cons_off); store-release busy = 0.
+ * The kernel, taking over: store the token word; full barrier; wait until
+ * busy is 0 (or the owner is gone); read and check the position.  busy
+ * stays 1 for a whole send or receive call, sleeps included, so one call's
+ * bytes are never interleaved with another's.
+ *
+ * ioctl(fd, SD_IOC_WAKE, &dir): after publishing records with
+ * SD_RING_READER_WAIT set (dir SD_TOKEN_TX), or credit with
+ * SD_RING_NEED_CREDIT set (dir SD_TOKEN_RX), wake the peer.
+ */
+#define SD_TOKEN_TX	0
+#define SD_TOKEN_RX	1
+
+struct sd_token {
+	__u32 dir;		/* in: SD_TOKEN_TX or SD_TOKEN_RX */
+	__u32 token;		/* out: the token word's new value (not 0) */
+	__u64 pos;		/* out: the position to go on from */
+	__u32 off;		/* out: for RX, bytes taken of the record */
+	__u32 pad;		/* 0 */
+};
+
+#define SD_IOC_ACQUIRE		_IOWR('S', 0xD1, struct sd_token)
+#define SD_IOC_RELEASE		_IOW('S', 0xD2, __u32)
+#define SD_IOC_WAKE		_IOW('S', 0xD3, __u32)
 
 /*
  * A record header, stored as one naturally aligned 64-bit word (len in the

@@ -1,0 +1,244 @@
+"""Token handover between the kernel's path and a process that drives a
+ring side itself (what libsd does), following "Tokens" in
+include/uapi/linux/sd.h.  The owner here is Python writing the mapped
+ring by hand, so every step of the protocol is visible."""
+import errno
+import fcntl
+import mmap
+import os
+import socket
+import struct
+import time
+
+import pytest
+
+from sdsock import Family
+from test_sd_specific import offsets
+
+SD = Family("sd")
+TX, RX = 0, 1
+IOC_ACQUIRE = (3 << 30) | (24 << 16) | (0x53 << 8) | 0xD1
+IOC_RELEASE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD2
+IOC_WAKE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD3
+READER_WAIT = 1
+
+
+def acquire(s, d):
+    buf = bytearray(struct.pack("IIQII", d, 0, 0, 0, 0))
+    fcntl.ioctl(s, IOC_ACQUIRE, buf, True)
+    _, token, pos, off, _ = struct.unpack("IIQII", buf)
+    return token, pos, off
+
+
+class Owner:
+    """A hand-made producer or consumer of one ring side."""
+
+    def __init__(self, s, d):
+        self.s, self.d = s, d
+        tx, rx = offsets(s)
+        self.o = tx if d == TX else rx
+        self.m = mmap.mmap(s.fileno(), self.o["mmap_len"], mmap.MAP_SHARED,
+                           mmap.PROT_READ | mmap.PROT_WRITE,
+                           offset=0 if d == TX else 0x80000000)
+        self.token, self.pos, self.off = acquire(s, d)
+
+    def u32(self, key, value=None):
+        if value is None:
+            return struct.unpack_from("I", self.m, self.o[key])[0]
+        struct.pack_into("I", self.m, self.o[key], value)
+
+    def u64(self, key, value=None):
+        if value is None:
+            return struct.unpack_from("Q", self.m, self.o[key])[0]
+        struct.pack_into("Q", self.m, self.o[key], value)
+
+    def mine(self):
+        return self.u32("prod_token" if self.d == TX else "cons_token") == \
+            self.token
+
+    def write(self, payload):
+        """One record, by the rules; returns False if the token is gone."""
+        self.u32("prod_busy", 1)
+        if not self.mine():
+            self.u32("prod_busy", 0)
+            return False
+        at = self.o["data"] + (self.pos % self.o["size"])
+        self.m[at + 8:at + 8 + len(payload)] = payload
+        struct.pack_into("II", self.m, at, len(payload), 1)
+        self.pos += 8 + (len(payload) + 7) // 8 * 8
+        self.u64("prod_pos", self.pos)
+        self.u32("prod_busy", 0)
+        if self.u32("cons_flags") & READER_WAIT:
+            fcntl.ioctl(self.s, IOC_WAKE, struct.pack("I", TX))
+        return True
+
+    def read(self, n):
+        """Up to n bytes of the record at head, by the rules."""
+        self.u32("cons_busy", 1)
+        assert self.mine()
+        at = self.o["data"] + (self.pos % self.o["size"])
+        length, flags = struct.unpack_from("II", self.m, at)
+        take = min(n, length - self.off)
+        data = bytes(self.m[at + 8 + self.off:at + 8 + self.off + take])
+        self.off += take
+        if self.off == length:
+            space = 8 + (length + 7) // 8 * 8
+            self.m[at:at + space] = bytes(space)
+            self.pos += space
+            self.off = 0
+        self.u64("cons_pos", self.pos)
+        self.u32("cons_off", self.off)
+        self.u32("cons_busy", 0)
+        return data
+
+
+def test_user_producer_and_kernel_interleave_in_order(no_leak):
+    c, s, lst = SD.pair()
+    c.send(b"k1")                       # the kernel's record
+    own = Owner(c, TX)
+    assert own.pos == 16                # goes on after it
+    assert own.write(b"u1")
+    assert c.send(b"k2") == 2           # takes the side back, checks it
+    assert not own.mine()
+    assert own.write(b"late") is False  # the old owner finds out
+    assert s.recv(100) == b"k1u1k2"
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_user_consumer_mid_record_then_kernel(no_leak):
+    c, s, lst = SD.pair()
+    c.sendall(b"abcdefgh")
+    c.sendall(b"ijk")
+    own = Owner(s, RX)
+    assert own.read(3) == b"abc"        # part of a record
+    assert s.recv(100) == b"defghijk"   # the kernel goes on from there
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_kernel_reader_is_woken_by_user_writer(no_leak):
+    c, s, lst = SD.pair()
+    own = Owner(c, TX)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(0.3)                 # let the parent fall asleep
+        os._exit(0 if own.write(b"wake") else 1)
+    s.settimeout(None)
+    assert s.recv(10) == b"wake"        # woken through SD_IOC_WAKE
+    assert os.waitpid(pid, 0)[1] == 0
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_poll_sees_a_user_owned_consumer(no_leak):
+    c, s, lst = SD.pair()
+    own = Owner(s, RX)
+    c.send(b"x")
+    import select
+    assert select.select([s], [], [], 2)[0] == [s]
+    assert own.read(1) == b"x"
+    assert select.select([s], [], [], 0)[0] == []
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_forked_child_takes_over_an_idle_parent(no_leak):
+    c, s, lst = SD.pair()
+    own = Owner(c, TX)
+    assert own.write(b"parent;")
+    pid = os.fork()
+    if pid == 0:
+        child = Owner(c, TX)            # takes it from the parent
+        ok = child.pos == own.pos and child.write(b"child;")
+        os._exit(0 if ok else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert not own.mine()
+    assert c.send(b"kernel") == 6
+    assert s.recv(100) == b"parent;child;kernel"
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_busy_owner_is_waited_for(no_leak):
+    c, s, lst = SD.pair()
+    own = Owner(c, TX)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        # Mid-call: busy for 0.3 s, then a record, then done.
+        own.u32("prod_busy", 1)
+        os.write(w, b"x")
+        time.sleep(0.3)
+        at = own.o["data"] + own.pos % own.o["size"]
+        own.m[at + 8:at + 12] = b"slow"
+        struct.pack_into("II", own.m, at, 4, 1)
+        own.u64("prod_pos", own.pos + 16)
+        own.u32("prod_busy", 0)
+        os._exit(0)
+    os.read(r, 1)
+    t0 = time.monotonic()
+    assert c.send(b"next") == 4         # waits for the busy call
+    assert time.monotonic() - t0 >= 0.2
+    assert s.recv(100) == b"slownext"
+    os.waitpid(pid, 0)
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_dead_busy_owner_does_not_hang_the_kernel(no_leak):
+    c, s, lst = SD.pair()
+    pid = os.fork()
+    if pid == 0:
+        child = Owner(c, TX)
+        child.write(b"mine")
+        child.u32("prod_busy", 1)       # dies in the middle of a call
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert c.send(b"+") == 1
+    assert s.recv(100) == b"mine+"
+    for x in (c, s, lst):
+        x.close()
+
+
+@pytest.mark.parametrize("lie", ["past", "unaligned", "backwards", "gap"])
+def test_a_lying_owner_resets_only_its_connection(lie, no_leak):
+    c, s, lst = SD.pair()
+    c.send(b"k")
+    own = Owner(c, TX)
+    own.write(b"u")
+    bad = {"past": own.pos + 16, "unaligned": own.pos + 3,
+           "backwards": 0, "gap": own.pos + 8 * 4}[lie]
+    own.u64("prod_pos", bad)
+    with pytest.raises(ConnectionResetError):
+        c.send(b"x")
+    other_c, other_s, _ = SD.pair()
+    other_c.send(b"ok")
+    assert other_s.recv(10) == b"ok"
+    own.m.close()
+    for x in (c, s, lst, other_c, other_s):
+        x.close()
+
+
+def test_token_ioctls_reject_bad_input(no_leak):
+    c, s, lst = SD.pair()
+    for d in (2, 0xFFFFFFFF):
+        with pytest.raises(OSError) as e:
+            acquire(c, d)
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(OSError) as e:
+            fcntl.ioctl(c, IOC_WAKE, struct.pack("I", d))
+        assert e.value.errno == errno.EINVAL
+    u = SD.socket()
+    with pytest.raises(OSError) as e:
+        acquire(u, TX)
+    assert e.value.errno == errno.ENOTCONN
+    fcntl.ioctl(c, IOC_RELEASE, struct.pack("I", TX))   # nothing to release
+    for x in (c, s, lst, u):
+        x.close()
