@@ -327,12 +327,16 @@ static int sd_parse_match(struct nlattr *nest, struct sd_rule_match *m,
 		return -EINVAL;
 	}
 	if (tb[SD_A_ADDR_IN6]) {
+		struct in6_addr full = nla_get_in6_addr(tb[SD_A_ADDR_IN6]);
+
 		m->has_addr = true;
-		m->addr = nla_get_in6_addr(tb[SD_A_ADDR_IN6]);
 		m->prefix = tb[SD_A_ADDR_PREFIX] ?
 			    nla_get_u8(tb[SD_A_ADDR_PREFIX]) : 128;
-		/* Keep it canonical: no bits past the prefix. */
-		ipv6_addr_prefix(&m->addr, &m->addr, m->prefix);
+		/*
+		 * Keep it canonical: no bits past the prefix.  (Not in
+		 * place: ipv6_addr_prefix() clears its destination first.)
+		 */
+		ipv6_addr_prefix(&m->addr, &full, m->prefix);
 	}
 	if (tb[SD_A_ADDR_PORT_MIN] || tb[SD_A_ADDR_PORT_MAX]) {
 		m->has_port = true;

@@ -83,7 +83,15 @@ int sd_rule_insert(struct sd_net *sn, struct sd_rule *rule, u32 pos)
 			break;
 		}
 	}
-	rule->id = ++sn->rule_seq;
+	/* A fresh id: after the counter wraps, skip ids still in use. */
+	do {
+		rule->id = ++sn->rule_seq;
+		list_for_each_entry(r, &sn->rules, node)
+			if (r->id == rule->id || !rule->id) {
+				rule->id = 0;
+				break;
+			}
+	} while (!rule->id);
 	/* Before @where, i.e. at index @pos; the list head means the end. */
 	list_add_tail_rcu(&rule->node, where);
 	sn->nr_rules++;

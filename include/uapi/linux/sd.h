@@ -245,9 +245,16 @@ struct sd_rec {
  *                          required, the match attributes optional,
  *                          SD_A_RULE_POSITION to insert (default: append);
  *                          the reply carries the new SD_A_RULE_ID
- *   SD_CMD_RULE_DEL        admin: SD_A_RULE_ID
+ *   SD_CMD_RULE_DEL        admin: SD_A_RULE_ID (ENOENT: no such rule)
  *   SD_CMD_RULE_FLUSH      admin: no attributes
- *   SD_CMD_STATS_GET       do: SD_A_STATS nest { SD_STAT_* u64 }
+ *   SD_CMD_STATS_GET       do: SD_A_STATS nest { SD_STAT_* u64 }; inside
+ *                          it, attributes of type 0 (SD_STAT_UNSPEC) are
+ *                          alignment padding: skip them
+ *
+ * Replies to RULE_ADD and STATS_GET carry their own command number.  A
+ * RULE_ADD beyond SD_RULES_MAX rules fails with ENOSPC; a position past
+ * the end appends.  Dumps resume by position: an entry added or removed
+ * between two parts of one dump may be missed or shown twice.
  */
 #define SD_GENL_NAME		"sd"
 #define SD_GENL_VERSION		1
@@ -321,6 +328,7 @@ enum sd_addr_attr {
 
 #define SD_A_ADDR_MAX (__SD_A_ADDR_MAX - 1)
 
+/* A rule's comment: at most SD_RULE_COMMENT_MAX - 1 bytes and a NUL. */
 #define SD_RULE_COMMENT_MAX	64
 #define SD_RULES_MAX		4096
 
@@ -329,6 +337,7 @@ enum sd_transport {
 	SD_TRANSPORT_SHM,	/* rings in shared memory, this host */
 	SD_TRANSPORT_RDMA,	/* rings over RDMA, another host */
 	SD_TRANSPORT_TCP,	/* fell back to TCP */
+	__SD_TRANSPORT_MAX,
 };
 
 enum sd_fallback {
@@ -346,6 +355,7 @@ enum sd_action {
 	SD_ACTION_UNSPEC,
 	SD_ACTION_ALLOW,
 	SD_ACTION_DENY,
+	__SD_ACTION_MAX,
 };
 
 /* Directions a rule applies to (SD_A_RULE_DIR is a mask of these). */
