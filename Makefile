@@ -47,6 +47,11 @@ check-host: all
 check-vm: all
 	scripts/check vm
 
+# Benchmark: host part natively, guest part in the VM; see Documentation/bench.rst.
+.PHONY: bench
+bench: all
+	bench/run
+
 vm-shell: all
 	tests/vm/run -- sh -c '$(CMD)'
 

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Turn sdbench's JSON lines into bench/out/results.{json,md,png}.
+
+usage: bench/report.py [--out DIR] RAW_DIR_OR_FILES...
+
+Reads every *.jsonl (one JSON object per line, as sdbench prints them, plus
+the meta lines bench/run adds) and libsd-trace.txt (the shim's trace of
+the libsd probe run) and writes:
+
+  results.json  one record per where (guest/host), transport and message
+                size: median and p99 round trip in microseconds, messages
+                per second and MB/s one way; with the meta data and whether
+                libsd's fast path was enabled
+  results.md    the same as tables, plus ratios against the raw
+                shared-memory queue, AF_UNIX and TCP
+  results.png   round trip and throughput against message size (needs
+                python3-matplotlib; skipped with a message without it)
+
+See Documentation/bench.rst.
+"""
+import argparse
+import datetime
+import json
+import pathlib
+import sys
+
+ORDER = ["shm", "libsd", "sd", "unix", "tcp"]
+NAMES = {
+    "shm": "shm ring (ceiling)",
+    "unix": "AF_UNIX",
+    "tcp": "TCP loopback",
+    "sd": "AF_SD syscalls",
+    "libsd": "libsd",
+}
+REFS = ["shm", "unix", "tcp"]
+COLORS = {"shm": "tab:blue", "libsd": "tab:purple", "sd": "tab:orange",
+          "unix": "tab:green", "tcp": "tab:red"}
+# The calls whose hooks carry data: the fast path is on when they handle
+# some.
+DATA_CALLS = {"send", "sendto", "sendmsg", "sendmmsg", "recv", "recvfrom",
+              "recvmsg", "recvmmsg", "read", "write", "readv", "writev"}
+NOT_ENABLED = ("fast path not yet enabled: these are AF_SD system calls "
+               "under sdrun, not libsd figures")
+
+
+def read_inputs(paths):
+    lines, trace = [], []
+    files = []
+    for p in map(pathlib.Path, paths):
+        if p.is_dir():
+            files += sorted(p.glob("*.jsonl"))
+            if (p / "libsd-trace.txt").exists():
+                trace.append(p / "libsd-trace.txt")
+        elif p.name.endswith(".txt"):
+            trace.append(p)
+        else:
+            files.append(p)
+    for f in files:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"report: {f}:{n}: {e}")
+    return lines, trace
+
+
+def fast_path(trace_files):
+    """What the libsd probe's trace says: data calls seen and handled."""
+    if not trace_files:
+        return None
+    asked = handled = 0
+    by_call = {}
+    for f in trace_files:
+        for line in f.read_text().splitlines():
+            parts = line.split()
+            if len(parts) != 4:
+                continue
+            _, name, a, h = parts
+            c = by_call.setdefault(name, [0, 0])
+            c[0] += int(a)
+            c[1] += int(h)
+            if name in DATA_CALLS:
+                asked += int(a)
+                handled += int(h)
+    return {"enabled": handled > 0, "data_calls_hooked": asked,
+            "data_calls_handled": handled,
+            "by_call": {k: {"hooked": v[0], "handled": v[1]}
+                        for k, v in sorted(by_call.items())}}
+
+
+def collect(lines):
+    meta, records, skipped = {}, {}, []
+    for d in lines:
+        if "meta" in d:
+            m = d["meta"]
+            meta.setdefault(m.get("where", "?"), {}).update(
+                {k: v for k, v in m.items() if k != "where"})
+            continue
+        if "skipped" in d or "failed" in d:
+            skipped.append(d)
+            continue
+        key = (d["where"], d["transport"], d["size"])
+        r = records.setdefault(key, {"where": d["where"], "transport": d["transport"],
+                                     "via": d["via"], "size": d["size"]})
+        if d["test"] == "pingpong":
+            r.update(rtt_us_median=d["rtt_us_median"], rtt_us_p99=d["rtt_us_p99"],
+                     rtt_us_min=d["rtt_us_min"], round_trips=d["round_trips"])
+        else:
+            r.update(msgs_per_s=d["msgs_per_s"], mb_per_s=d["mb_per_s"],
+                     stream_msgs=d["msgs"])
+    return meta, records, skipped
+
+
+def size_name(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    if n >= 1 << 10 and n % (1 << 10) == 0:
+        return f"{n >> 10} KiB"
+    return f"{n} B"
+
+
+def si(x):
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def us(x):
+    return f"{x:.3g}" if x < 1000 else f"{x:,.0f}"
+
+
+def transport_name(t, fp):
+    if t == "libsd" and not (fp and fp["enabled"]):
+        return "libsd ⚠ fast path not yet enabled (= AF_SD syscalls)"
+    return NAMES.get(t, t)
+
+
+def rank(t):
+    return (ORDER.index(t) if t in ORDER else len(ORDER), t)
+
+
+def ordered(transports):
+    return sorted(transports, key=rank)
+
+
+def table(head, rows):
+    out = ["| " + " | ".join(head) + " |",
+           "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def where_title(where, meta):
+    m = meta.get(where, {})
+    if where == "guest":
+        accel = m.get("accel", "unknown").upper()
+        return (f"Guest: QEMU {accel}, {m.get('vcpus', '?')} vCPUs, "
+                f"kernel {m.get('kernel', '?')}, af_sd.ko loaded")
+    return (f"Host: natively, no module, {m.get('cpus', '?')} CPUs "
+            f"({m.get('cpu_model', '?')}), kernel {m.get('kernel', '?')}")
+
+
+def markdown(meta, records, skipped, fp, generated):
+    md = ["# AF_SD benchmark", "",
+          f"Generated {generated} by `make bench` (bench/run, bench/report.py); "
+          "see Documentation/bench.rst.", ""]
+    g = meta.get("guest", {})
+    accel = g.get("accel", "unknown").upper()
+    md += [f"**The guest figures are guest ({accel}) figures.** Under TCG every "
+           "system call costs several times what it costs on hardware while "
+           "user-space memory traffic does not, so a ratio against a kernel path "
+           "flatters AF_SD and libsd in the guest; the ratio against the raw "
+           "shared-memory queue is the honest one.  The host section measures the "
+           "same ring code natively (no module) against AF_UNIX and TCP.", ""]
+    if fp is None:
+        md += ["libsd: no probe trace, fast-path status unknown.", ""]
+    elif not fp["enabled"]:
+        md += [f"**libsd: {NOT_ENABLED}.**  The probe run under sdrun reached the "
+               f"shim's data hooks {fp['data_calls_hooked']} times and they handled "
+               f"{fp['data_calls_handled']}.  The libsd rows below are therefore not "
+               "libsd results; they show that the shim adds no measurable cost to the "
+               "system-call path.", ""]
+    else:
+        md += [f"libsd: fast path enabled (the probe's data hooks handled "
+               f"{fp['data_calls_handled']} of {fp['data_calls_hooked']} calls).", ""]
+    md += ["Round trip: a message of the size goes to the peer process, which sends "
+           "it back; median (p99 in parentheses), in microseconds.  Throughput: one "
+           "process sends messages of the size for the whole time, the other reads "
+           "them; messages per second (MB/s in parentheses, 1 MB = 10^6 bytes).", ""]
+
+    for where in ("guest", "host"):
+        recs = {k: v for k, v in records.items() if k[0] == where}
+        if not recs:
+            continue
+        m = meta.get(where, {})
+        transports = ordered({k[1] for k in recs})
+        sizes = sorted({k[2] for k in recs})
+        md += [f"## {where_title(where, meta)}", ""]
+        md += [f"{m.get('seconds_per_point', '?')} s per point, peers pinned to two "
+               f"CPUs: {m.get('pinned', '?')}, shm ring {m.get('ring_size', '?')} bytes, "
+               f"load average at the start {m.get('loadavg', '?')}.", ""]
+        head = ["transport"] + [size_name(s) for s in sizes]
+
+        rows = []
+        for t in transports:
+            row = [transport_name(t, fp)]
+            for s in sizes:
+                r = recs.get((where, t, s), {})
+                row.append(f"{us(r['rtt_us_median'])} ({us(r['rtt_us_p99'])})"
+                           if "rtt_us_median" in r else "–")
+            rows.append(row)
+        md += ["### Round trip, µs: median (p99)", ""] + table(head, rows) + [""]
+
+        rows = []
+        for t in transports:
+            row = [transport_name(t, fp)]
+            for s in sizes:
+                r = recs.get((where, t, s), {})
+                row.append(f"{si(r['msgs_per_s'])}/s ({r['mb_per_s']:.4g})"
+                           if "msgs_per_s" in r else "–")
+            rows.append(row)
+        md += ["### One-way throughput: messages/s (MB/s)", ""] + table(head, rows) + [""]
+
+        md += ["### Ratios", "",
+               "Round trip: transport ÷ reference (below 1 is faster than the "
+               "reference).  Throughput: transport ÷ reference (above 1 is more "
+               "messages per second).", ""]
+        for ref in REFS:
+            if ref not in transports:
+                continue
+            others = [t for t in transports if t != ref]
+            if not others:
+                continue
+            for metric, label in (("rtt_us_median", "Round trip"),
+                                  ("msgs_per_s", "Throughput")):
+                rows = []
+                for t in others:
+                    row = [transport_name(t, fp)]
+                    for s in sizes:
+                        a = recs.get((where, t, s), {}).get(metric)
+                        b = recs.get((where, ref, s), {}).get(metric)
+                        row.append(f"{a / b:.3g}×" if a and b else "–")
+                    rows.append(row)
+                md += [f"{label} relative to {NAMES[ref]}:", ""] + table(head, rows) + [""]
+
+    for d in skipped:
+        if "failed" in d:
+            md += [f"**Failed: {d['where']} {d['transport']}: {d['failed']}** "
+                   "(the points before the failure are in the tables).", ""]
+        else:
+            md += [f"Skipped: {d['where']} {d['transport']}: {d['skipped']}."]
+    if skipped:
+        md += [""]
+    md += ["Plot: results.png.  Raw lines: raw/."]
+    return "\n".join(md) + "\n"
+
+
+def plot(records, fp, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report: no matplotlib (apt-get install python3-matplotlib): "
+              "results.png not written", file=sys.stderr)
+        return False
+    wheres = [w for w in ("guest", "host") if any(k[0] == w for k in records)]
+    fig, axes = plt.subplots(len(wheres), 2, figsize=(12, 4.5 * len(wheres)),
+                             squeeze=False)
+    for row, where in enumerate(wheres):
+        recs = {k: v for k, v in records.items() if k[0] == where}
+        for t in ordered({k[1] for k in recs}):
+            pts = sorted((k[2], v) for k, v in recs.items() if k[1] == t)
+            label = transport_name(t, fp)
+            style = "--" if t == "libsd" else "-"
+            for col, metric in enumerate(("rtt_us_median", "mb_per_s")):
+                xs = [s for s, v in pts if metric in v]
+                ys = [v[metric] for s, v in pts if metric in v]
+                if xs:
+                    axes[row][col].plot(xs, ys, style, marker="o", label=label,
+                                        color=COLORS.get(t))
+        for col, (title, unit) in enumerate((("round trip, median", "µs"),
+                                             ("one-way throughput", "MB/s"))):
+            ax = axes[row][col]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel(unit)
+            ax.set_title(f"{where}: {title}")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
+    ap.add_argument("inputs", nargs="+")
+    args = ap.parse_args()
+
+    lines, trace = read_inputs(args.inputs)
+    meta, records, skipped = collect(lines)
+    if not records:
+        sys.exit("report: no measurements in the input")
+    fp = fast_path(trace)
+    generated = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+
+    results = []
+    for key in sorted(records, key=lambda k: (k[0], rank(k[1]), k[2])):
+        r = dict(records[key])
+        if r["transport"] == "libsd":
+            r["fast_path"] = bool(fp and fp["enabled"])
+            if not r["fast_path"]:
+                r["note"] = NOT_ENABLED
+        results.append(r)
+
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"generated": generated,
+           "note": "guest figures come from a QEMU guest (see meta.guest.accel; "
+                   "TCG makes system calls dearer than on hardware); compare "
+                   "against the raw shared-memory queue (transport shm)",
+           "meta": meta, "libsd_fast_path": fp, "skipped": skipped,
+           "results": results}
+    (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated))
+    wrote = plot(records, fp, out / "results.png")
+    print(f"report: wrote {out}/results.json, results.md"
+          + (", results.png" if wrote else ""), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
