@@ -54,28 +54,67 @@ static int sd_call_lock(struct mutex *m, bool nonblock)
 }
 
 /*
- * A system call needs a side a process drives through libsd: take it
- * back (see "Tokens" in the uapi header).  Called with the call mutex
- * and the socket lock held.  Returns 0, -ERESTARTSYS, or -ECONNRESET
- * after resetting a connection the owner left corrupt.
+ * Start a call on one side: take its call mutex and the socket lock, and
+ * take the side back if a process drives it through libsd (see "Tokens"
+ * in the uapi header).  An owner that is mid-call may need these very
+ * locks to finish in the kernel, so wait for it with both let go, then
+ * start over.  Returns 0 with both held, or an error with neither:
+ * -EAGAIN (non-blocking), -ERESTARTSYS, or -ECONNRESET after resetting a
+ * connection the owner left corrupt.
  */
-static int sd_take_back(struct sock *sk, bool prod)
+static int sd_lock_call(struct sock *sk, bool prod, bool nonblock)
 {
 	struct sd_sock *ss = sd_sk(sk);
+	struct mutex *m = prod ? &ss->send_mutex : &ss->recv_mutex;
 	struct sd_ring *ring;
+	struct pid *owner;
 	int err;
 
-	if (!ss->conn || READ_ONCE(ss->conn->gone[ss->side]))
-		return 0;
-	ring = prod ? sd_tx(ss) : sd_rx(ss);
-	err = sd_ring_reclaim(sk, ring, prod);
-	if (err == -EPROTO) {
-		sd_conn_corrupt(sk);
-		return -ECONNRESET;
+	for (;;) {
+		err = sd_call_lock(m, nonblock);
+		if (err)
+			return err;
+		lock_sock(sk);
+		if (!ss->conn || READ_ONCE(ss->conn->gone[ss->side]))
+			return 0;
+		ring = prod ? sd_tx(ss) : sd_rx(ss);
+		owner = prod ? ring->prod_owner : ring->cons_owner;
+		if (!owner)
+			return 0;
+		err = sd_ring_reclaim(sk, ring, prod);
+		if (!err) {
+			sd_stat_inc(sock_net(sk), SD_STAT_TAKEOVERS);
+			return 0;
+		}
+		if (err == -EPROTO) {
+			sd_conn_corrupt(sk);
+			err = -ECONNRESET;
+		}
+		if (err == -EAGAIN)
+			owner = get_pid(owner);
+		release_sock(sk);
+		mutex_unlock(m);
+		if (err != -EAGAIN)
+			return err;
+		while (!nonblock && sd_ring_owner_busy(ring, prod, owner)) {
+			if (signal_pending(current)) {
+				put_pid(owner);
+				return -ERESTARTSYS;
+			}
+			schedule_timeout_interruptible(1);
+		}
+		put_pid(owner);
+		if (nonblock)
+			return -EAGAIN;
 	}
-	if (!err)
-		sd_stat_inc(sock_net(sk), SD_STAT_TAKEOVERS);
-	return err;
+}
+
+static void sd_unlock_call(struct sock *sk, bool prod)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	release_sock(sk);
+	mutex_unlock(prod ? &ss->send_mutex : &ss->recv_mutex);
 }
 
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
@@ -91,19 +130,9 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	if (msg->msg_flags & MSG_OOB)
 		return -EOPNOTSUPP;
 
-	err = sd_call_lock(&ss->send_mutex, nonblock);
+	err = sd_lock_call(sk, true, nonblock);
 	if (err)
 		return err;
-
-	lock_sock(sk);
-	if (ss->conn && READ_ONCE(sd_tx(ss)->prod_owner)) {
-		err = sd_take_back(sk, true);
-		if (err) {
-			release_sock(sk);
-			mutex_unlock(&ss->send_mutex);
-			return err;
-		}
-	}
 	timeo = sock_sndtimeo(sk, nonblock);
 	add_wait_queue(sk_sleep(sk), &wait);
 	for (;;) {
@@ -162,8 +191,7 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 				    SD_RING_NEED_CREDIT);
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
-	release_sock(sk);
-	mutex_unlock(&ss->send_mutex);
+	sd_unlock_call(sk, true);
 
 	if (sent)
 		return sent;
@@ -208,11 +236,9 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	if (flags & MSG_ERRQUEUE)
 		return -EAGAIN;
 
-	err = sd_call_lock(&ss->recv_mutex, nonblock);
+	err = sd_lock_call(sk, false, nonblock);
 	if (err)
 		return err;
-
-	lock_sock(sk);
 	err = -ENOTCONN;
 	if (sk->sk_state == TCP_LISTEN || !ss->conn)
 		goto out;
@@ -221,11 +247,6 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	err = 0;
 	if (!len)
 		goto out;
-	if (READ_ONCE(sd_rx(ss)->cons_owner)) {
-		err = sd_take_back(sk, false);
-		if (err)
-			goto out;
-	}
 	len = min_t(size_t, len, INT_MAX);
 	timeo = sock_rcvtimeo(sk, nonblock);
 	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);
@@ -291,8 +312,7 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	}
 	err = copied;
 out:
-	release_sock(sk);
-	mutex_unlock(&ss->recv_mutex);
+	sd_unlock_call(sk, false);
 	return err;
 }
 
@@ -400,7 +420,6 @@ static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_token tok = {};
-	struct mutex *m;	/* the call mutex of that side */
 	bool prod;
 	u32 dir;
 	int err;
@@ -417,17 +436,15 @@ static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
 	if (dir != SD_TOKEN_TX && dir != SD_TOKEN_RX)
 		return -EINVAL;
 	prod = dir == SD_TOKEN_TX;
-	m = prod ? &ss->send_mutex : &ss->recv_mutex;
 
-	if (mutex_lock_interruptible(m))
-		return -ERESTARTSYS;
-	lock_sock(sk);
+	err = sd_lock_call(sk, prod, false);
+	if (err)
+		return err;
 	err = -ENOTCONN;
-	if (!ss->conn)
+	if (!ss->conn || cmd == SD_IOC_RELEASE) {
+		err = ss->conn ? 0 : -ENOTCONN;
 		goto out;
-	err = sd_take_back(sk, prod);
-	if (err || cmd == SD_IOC_RELEASE)
-		goto out;
+	}
 	/* A connection that ended is the system calls' to report. */
 	err = -EPIPE;
 	if (READ_ONCE(ss->conn->gone[ss->side]) || READ_ONCE(sk->sk_err))
@@ -435,8 +452,7 @@ static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
 	sd_ring_grant(prod ? sd_tx(ss) : sd_rx(ss), prod, &tok);
 	err = copy_to_user(arg, &tok, sizeof(tok)) ? -EFAULT : 0;
 out:
-	release_sock(sk);
-	mutex_unlock(m);
+	sd_unlock_call(sk, prod);
 	return err;
 }
 

@@ -448,28 +448,36 @@ static bool sd_owner_alive(struct pid *owner)
 	return alive;
 }
 
-/* The producer side comes back: check the tail its owner published. */
+/*
+ * Positions only grow (an owner may have gone round the ring many times
+ * since the kernel last drove it): @pos is not behind @old.
+ */
+static bool sd_pos_after(u64 pos, u64 old)
+{
+	return pos - old < (1ULL << 62);
+}
+
+/*
+ * The producer side comes back: check the tail its owner published.  It
+ * must be record-aligned, not behind where the kernel left off, within
+ * the credit, and nothing may be written at it yet.  (The records before
+ * it cannot be walked: the consumer zeroes what it takes.)  A tail that is
+ * a lie yet passes loses only the liar's own bytes: every later write
+ * still stays inside the ring.
+ */
 static int sd_take_prod(struct sd_ring *ring)
 {
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);
 	/* Rule 2: the credit, then what it frees is the producer's. */
 	u64 credit = smp_load_acquire(&h->consumer);
 	u64 pos = READ_ONCE(h->prod_pos);
-	u64 walk = ring->tail;
 
-	if (pos % SD_REC_ALIGN || pos - ring->tail > ring->size ||
+	if (pos % SD_REC_ALIGN || !sd_pos_after(pos, ring->tail) ||
 	    credit - ring->credit > pos - ring->credit || pos - credit > ring->size)
 		return -EPROTO;
-	/* Whole, valid records from where the kernel left off to pos. */
-	while (walk != pos) {
-		u32 rlen, rflags;
-
-		if (sd_rec_get(ring, walk, credit, &rlen, &rflags) != 1)
-			return -EPROTO;
-		walk += SD_REC_SPACE(rlen);
-		if (walk - ring->tail > pos - ring->tail)
-			return -EPROTO;
-	}
+	if (pos - credit < ring->size &&
+	    READ_ONCE(*(u64 *)(ring->data + (pos & (ring->size - 1)))))
+		return -EPROTO;
 	ring->tail = pos;
 	ring->credit = credit;
 	return 0;
@@ -483,7 +491,7 @@ static int sd_take_cons(struct sd_ring *ring)
 	u64 pos = READ_ONCE(h->cons_pos);
 	u32 off = READ_ONCE(h->cons_off);
 
-	if (pos % SD_REC_ALIGN || pos - ring->head > ring->size ||
+	if (pos % SD_REC_ALIGN || !sd_pos_after(pos, ring->head) ||
 	    credit - ring->published > pos - ring->published)
 		return -EPROTO;
 	if (off) {
@@ -503,10 +511,22 @@ static int sd_take_cons(struct sd_ring *ring)
  * Take a side back from the process that drives it, without its help:
  * revoke the token, wait until the owner is between calls (or gone), then
  * check and adopt its position.  Called with @sk (the side's socket)
- * locked and its call mutex held; the lock is dropped while waiting, the
- * mutex keeps every other taker out.  -EPROTO: the owner left the ring
- * corrupt.
+ * locked and its call mutex held.  -EAGAIN: the owner is mid-call; drop
+ * both, wait for sd_ring_owner_busy() to clear, and call again.
+ * -EPROTO: the owner left the ring corrupt.
  */
+/*
+ * Still worth waiting for @owner (a reference the caller holds) to finish
+ * its call on a side?  Lockless.
+ */
+bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+
+	return READ_ONCE(*(prod ? &h->prod_busy : &h->cons_busy)) &&
+	       sd_owner_alive(owner);
+}
+
 int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod)
 {
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);
@@ -517,16 +537,19 @@ int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod)
 
 	if (!*owner)
 		return 0;
+	(void)sk;
 	WRITE_ONCE(*token, 0);
 	/* The token store before the busy load; pairs with the owner's. */
 	smp_mb();
-	while (READ_ONCE(*busy) && sd_owner_alive(*owner)) {
-		if (signal_pending(current))
-			return -ERESTARTSYS;
-		release_sock(sk);
-		schedule_timeout_interruptible(1);
-		lock_sock(sk);
-	}
+	/*
+	 * The owner is mid-call: the caller must let go of its locks (the
+	 * owner may need them to finish in the kernel), wait, and retry.
+	 * The owner itself calling (libsd finishing a call in the kernel,
+	 * busy still set so that nobody else gets in between) does not wait.
+	 */
+	if (*owner != task_tgid(current) && READ_ONCE(*busy) &&
+	    sd_owner_alive(*owner))
+		return -EAGAIN;
 	err = prod ? sd_take_prod(ring) : sd_take_cons(ring);
 	put_pid(*owner);
 	WRITE_ONCE(*owner, NULL);

@@ -386,6 +386,23 @@ Consumer::Consumer(void *base, const sd_ring_offset &off, std::uint64_t head) no
 		store(consumer_, head, std::memory_order_release);
 }
 
+Consumer::Consumer(void *base, const sd_ring_offset &off, std::uint64_t head,
+		   std::uint32_t rec_off) noexcept
+	: Consumer(base, off, head)
+{
+	if (err_ || !rec_off)
+		return;
+	const std::uint64_t w = load_hdr(head);
+	const auto r = std::bit_cast<sd_rec>(w);
+
+	if (!w || !check(w, head) || (r.flags & SD_REC_PAD) || rec_off >= r.len) {
+		err_ = -EPROTO;
+		return;
+	}
+	cur_len_ = r.len;
+	rec_off_ = rec_off;
+}
+
 // Rule 1: the acquire pairs with the producer's store-release of the
 // header.  Nothing can start at or beyond pub_ + size; the memory there
 // belongs to a record we have not finished, so it is not read at all.

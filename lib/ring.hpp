@@ -139,6 +139,10 @@ public:
 	// Publishes head as the credit.  Bad offsets or position leave the
 	// consumer failing every call with -EINVAL.
 	Consumer(void *base, const sd_ring_offset &off, std::uint64_t head = 0) noexcept;
+	// Consume from inside the record at head, rec_off bytes of which were
+	// taken already (a token handed over mid-record).
+	Consumer(void *base, const sd_ring_offset &off, std::uint64_t head,
+		 std::uint32_t rec_off) noexcept;
 	Consumer(const Consumer &) = delete;
 	Consumer &operator=(const Consumer &) = delete;
 
@@ -170,6 +174,7 @@ public:
 	bool take_wake() noexcept;
 
 	std::uint64_t head() const noexcept { return head_; }
+	std::uint32_t rec_off() const noexcept { return rec_off_; }
 	std::uint64_t published() const noexcept { return pub_; }
 	int error() const noexcept { return err_; }
 

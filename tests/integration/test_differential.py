@@ -1,6 +1,7 @@
 """The differential suite: every scenario of scenarios.py runs on TCP over
-loopback and on AF_SD, each in its own process, and both must observe the
-same thing.  Deliberate differences are listed in DIFFERENCES, each with
+loopback, on AF_SD through plain system calls, and on AF_SD through libsd
+(the same program under sdrun, so its calls take the fast path), each in
+its own process, and all must observe the same thing.  Deliberate differences are listed in DIFFERENCES, each with
 the reason (Documentation/af_sd.rst says the same)."""
 import json
 import os
@@ -12,16 +13,20 @@ import pytest
 from scenarios import SCENARIOS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TRANSPORTS = ("tcp", "sd")
+TOP = os.path.dirname(os.path.dirname(HERE))
+SDRUN = os.path.join(TOP, "build", "user", "lib", "shim", "sdrun")
+TRANSPORTS = ("tcp", "sd", "libsd")
 
 # scenario -> {row label: reason}: rows whose values may differ.
 DIFFERENCES = {}
 
 
 def run(name, transport):
-    out = subprocess.run([sys.executable, os.path.join(HERE, "scenarios.py"),
-                          name, transport], capture_output=True, text=True,
-                         timeout=120)
+    cmd = [sys.executable, os.path.join(HERE, "scenarios.py"), name,
+           "sd" if transport == "libsd" else transport]
+    if transport == "libsd":
+        cmd = [SDRUN] + cmd
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, \
         f"{name} on {transport} failed ({out.returncode}):\n{out.stderr}"
     return json.loads(out.stdout)

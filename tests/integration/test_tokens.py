@@ -167,11 +167,12 @@ def test_forked_child_takes_over_an_idle_parent(no_leak):
 
 def test_busy_owner_is_waited_for(no_leak):
     c, s, lst = SD.pair()
-    own = Owner(c, TX)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        # Mid-call: busy for 0.3 s, then a record, then done.
+        # Another process owns the side and is mid-call: busy for 0.3 s,
+        # then a record, then done.
+        own = Owner(c, TX)
         own.u32("prod_busy", 1)
         os.write(w, b"x")
         time.sleep(0.3)
@@ -187,7 +188,6 @@ def test_busy_owner_is_waited_for(no_leak):
     assert time.monotonic() - t0 >= 0.2
     assert s.recv(100) == b"slownext"
     os.waitpid(pid, 0)
-    own.m.close()
     for x in (c, s, lst):
         x.close()
 
@@ -207,17 +207,38 @@ def test_dead_busy_owner_does_not_hang_the_kernel(no_leak):
         x.close()
 
 
-@pytest.mark.parametrize("lie", ["past", "unaligned", "backwards", "gap"])
+@pytest.mark.parametrize("lie", ["past", "unaligned", "backwards",
+                                 "beyond credit", "onto a record"])
 def test_a_lying_owner_resets_only_its_connection(lie, no_leak):
     c, s, lst = SD.pair()
     c.send(b"k")
     own = Owner(c, TX)
     own.write(b"u")
-    bad = {"past": own.pos + 16, "unaligned": own.pos + 3,
-           "backwards": 0, "gap": own.pos + 8 * 4}[lie]
+    size = own.o["size"]
+    bad = {"past": own.pos + size + 16, "unaligned": own.pos + 3,
+           "backwards": 0, "beyond credit": own.pos + size,
+           "onto a record": own.pos - 16}[lie]
     own.u64("prod_pos", bad)
     with pytest.raises(ConnectionResetError):
         c.send(b"x")
+    other_c, other_s, _ = SD.pair()
+    other_c.send(b"ok")
+    assert other_s.recv(10) == b"ok"
+    own.m.close()
+    for x in (c, s, lst, other_c, other_s):
+        x.close()
+
+
+def test_a_tail_lying_forward_loses_only_the_liars_bytes(no_leak):
+    c, s, lst = SD.pair()
+    own = Owner(c, TX)
+    own.write(b"seen")
+    own.u64("prod_pos", own.pos + 64)      # a gap nobody wrote
+    assert c.send(b"after the gap") == 13   # the kernel goes on there
+    s.setblocking(False)
+    assert s.recv(100) == b"seen"           # the reader stops at the gap
+    with pytest.raises(BlockingIOError):
+        s.recv(100)
     other_c, other_s, _ = SD.pair()
     other_c.send(b"ok")
     assert other_s.recv(10) == b"ok"

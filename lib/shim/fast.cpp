@@ -1,0 +1,554 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+//
+// The fast path: send and receive on a connected AF_SD socket are loads
+// and stores on its mapped rings (Documentation/libsd.rst).
+//
+// The shim calls these hooks only for AF_SD descriptors (hooks.hpp).  The
+// rule that keeps them simple: libsd does only what can be done now, or
+// after a short spin; anything else (a wait that needs to sleep, the end of
+// a connection, an error, an unusual flag) goes to the kernel's path, which
+// takes the ring side back from this process (the token protocol of
+// include/uapi/linux/sd.h) and answers exactly as the kernel's path always
+// does.  So the system-call path is the reference for every result, and
+// libsd never has to imitate it.
+//
+// Per socket and direction: a process-local mutex serialises the threads
+// of this process (uncontended for one thread), and the token says whether
+// this process drives the side at all.  Each call: busy = 1, full fence,
+// token still ours?  ... work ...  publish the position, busy = 0.
+#include "hooks.hpp"
+
+#include "../ring.hpp"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include <atomic>
+#include <new>
+
+namespace {
+
+using namespace sd::shim;
+
+// Busy-poll this long, then yield a few times, then sleep in the kernel.
+constexpr std::int64_t SPIN_NS = 200'000;
+constexpr int YIELDS = 8;
+constexpr unsigned MAX_CONNS = 1U << 16;
+
+struct Side {
+	pthread_mutex_t lock;
+	std::uint32_t token;		// ours; 0: not ours
+	std::uint32_t *token_word;	// written by the kernel
+	std::uint32_t *prod_flags;
+	std::uint32_t *cons_flags;
+	std::uint32_t *busy;
+	std::uint64_t *pos;
+	std::uint32_t *off;		// consumer only
+	bool ready;
+	alignas(sd::Producer) unsigned char prod[sizeof(sd::Producer)];
+	alignas(sd::Consumer) unsigned char cons[sizeof(sd::Consumer)];
+
+	sd::Producer &producer() { return *std::launder(reinterpret_cast<sd::Producer *>(prod)); }
+	sd::Consumer &consumer() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons)); }
+};
+
+struct Conn {
+	int fd;
+	void *tx_map;
+	void *rx_map;
+	sd_mmap_offsets off;
+	std::atomic<bool> nonblock;
+	std::atomic<bool> rd_shut;
+	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
+	Side tx, rx;
+};
+
+std::atomic<Conn *> conns[MAX_CONNS];
+
+template <typename T> T *at(void *map, std::uint64_t off)
+{
+	return reinterpret_cast<T *>(static_cast<unsigned char *>(map) + off);
+}
+
+void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
+{
+	pthread_mutex_init(&s.lock, nullptr);
+	s.token = 0;
+	s.ready = false;
+	s.token_word = at<std::uint32_t>(map, prod ? o.prod_token : o.cons_token);
+	s.prod_flags = at<std::uint32_t>(map, o.prod_flags);
+	s.cons_flags = at<std::uint32_t>(map, o.cons_flags);
+	s.busy = at<std::uint32_t>(map, prod ? o.prod_busy : o.cons_busy);
+	s.pos = at<std::uint64_t>(map, prod ? o.prod_pos : o.cons_pos);
+	s.off = prod ? nullptr : at<std::uint32_t>(map, o.cons_off);
+}
+
+void drop(Conn *c)
+{
+	munmap(c->tx_map, c->off.tx.mmap_len);
+	munmap(c->rx_map, c->off.rx.mmap_len);
+	free(c);
+}
+
+// The fast-path state of a connected AF_SD socket, made on first use;
+// nullptr when there is none (not connected, out of range, no memory).
+Conn *get(int fd)
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
+		return nullptr;
+	Conn *c = conns[fd].load(std::memory_order_acquire);
+	if (c)
+		return c;
+
+	sd_mmap_offsets off;
+	socklen_t len = sizeof(off);
+	if (real::getsockopt()(fd, SOL_SD, SD_MMAP_OFFSETS, &off, &len) || len != sizeof(off))
+		return nullptr;
+	void *tx = mmap(nullptr, off.tx.mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			SD_PGOFF_TX_RING);
+	if (tx == MAP_FAILED)
+		return nullptr;
+	void *rx = mmap(nullptr, off.rx.mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			SD_PGOFF_RX_RING);
+	if (rx == MAP_FAILED) {
+		munmap(tx, off.tx.mmap_len);
+		return nullptr;
+	}
+	c = static_cast<Conn *>(calloc(1, sizeof(Conn)));
+	if (!c) {
+		munmap(tx, off.tx.mmap_len);
+		munmap(rx, off.rx.mmap_len);
+		return nullptr;
+	}
+	c->fd = fd;
+	c->tx_map = tx;
+	c->rx_map = rx;
+	c->off = off;
+	int fl = real::fcntl()(fd, F_GETFL);
+	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
+	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
+	init_side(c->tx, tx, off.tx, true);
+	init_side(c->rx, rx, off.rx, false);
+
+	Conn *none = nullptr;
+	if (!conns[fd].compare_exchange_strong(none, c, std::memory_order_acq_rel)) {
+		drop(c);
+		return none;
+	}
+	return c;
+}
+
+void forget(int fd)
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
+		return;
+	if (Conn *c = conns[fd].exchange(nullptr, std::memory_order_acq_rel))
+		drop(c);
+}
+
+// Become the owner of a side (SD_IOC_ACQUIRE) and set up its ring code.
+bool acquire(Conn *c, Side &s, bool prod)
+{
+	sd_token tok = {};
+	tok.dir = prod ? SD_TOKEN_TX : SD_TOKEN_RX;
+	if (real::ioctl()(c->fd, SD_IOC_ACQUIRE, &tok))
+		return false;
+	if (prod)
+		new (s.prod) sd::Producer(c->tx_map, c->off.tx, tok.pos);
+	else
+		new (s.cons) sd::Consumer(c->rx_map, c->off.rx, tok.pos, tok.off);
+	s.ready = true;
+	s.token = tok.token;
+	return true;
+}
+
+// Start a call as the owner: busy, fence, token check (uapi "Tokens").
+bool begin(Conn *c, Side &s, bool prod)
+{
+	for (int tries = 0; tries < 2; tries++) {
+		if (!s.token && !acquire(c, s, prod))
+			return false;
+		__atomic_store_n(s.busy, 1, __ATOMIC_RELAXED);
+		// Our busy store before the token load; pairs with the kernel's.
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(s.token_word, __ATOMIC_RELAXED) == s.token)
+			return true;
+		__atomic_store_n(s.busy, 0, __ATOMIC_RELEASE);
+		s.token = 0;			// taken back: ask again
+	}
+	return false;
+}
+
+void end(Side &s)
+{
+	__atomic_store_n(s.busy, 0, __ATOMIC_RELEASE);
+}
+
+std::int64_t now_ns()
+{
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+// Spin, then yield, then give up (the caller goes to the kernel).
+struct Backoff {
+	std::int64_t deadline = 0;
+	int yields = 0;
+	unsigned n = 0;
+
+	bool again()
+	{
+		if ((++n & 63) != 1) {
+			__builtin_ia32_pause();
+			return true;
+		}
+		std::int64_t t = now_ns();
+		if (!deadline)
+			deadline = t + SPIN_NS;
+		if (t < deadline)
+			return true;
+		if (yields++ < YIELDS) {
+			real_yield();
+			return true;
+		}
+		return false;
+	}
+
+	static void real_yield() { sched_yield(); }
+};
+
+size_t total(const iovec *iov, int n)
+{
+	size_t t = 0;
+	for (int i = 0; i < n; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+// The iovecs past the first done bytes, in scratch (at most n entries).
+int advance(const iovec *iov, int n, size_t done, iovec *scratch)
+{
+	int k = 0;
+	for (int i = 0; i < n; i++) {
+		if (done >= iov[i].iov_len) {
+			done -= iov[i].iov_len;
+			continue;
+		}
+		scratch[k].iov_base = static_cast<char *>(iov[i].iov_base) + done;
+		scratch[k].iov_len = iov[i].iov_len - done;
+		done = 0;
+		k++;
+	}
+	return k;
+}
+
+constexpr int MAX_IOV = 64;
+
+bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+{
+	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
+		return false;
+	const size_t want = total(iov, iovcnt);
+	Conn *c = want ? get(fd) : nullptr;
+	if (!c)
+		return false;
+	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
+	Side &s = c->tx;
+
+	pthread_mutex_lock(&s.lock);
+	if (!begin(c, s, true)) {
+		pthread_mutex_unlock(&s.lock);
+		return false;
+	}
+	// The connection ended or was reset, or this end shut down writing:
+	// the kernel's path reports exactly what TCP would.
+	if ((__atomic_load_n(s.prod_flags, __ATOMIC_ACQUIRE) & (SD_RING_FIN | SD_RING_RESET)) ||
+	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
+		end(s);
+		pthread_mutex_unlock(&s.lock);
+		return false;
+	}
+	sd::Producer &p = s.producer();
+	iovec rest[MAX_IOV];
+	size_t done = 0;
+	ssize_t n = 0;
+	Backoff backoff;
+	bool kernel_done = false;
+
+	while (done < want) {
+		int k = advance(iov, iovcnt, done, rest);
+
+		n = p.write(std::span<const iovec>(rest, static_cast<size_t>(k)));
+		// Even a write that only padded the end moved the tail.
+		__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
+		if (n > 0) {
+			done += static_cast<size_t>(n);
+			if (p.take_wake()) {
+				std::uint32_t dir = SD_TOKEN_TX;
+				real::ioctl()(fd, SD_IOC_WAKE, &dir);
+			}
+			continue;
+		}
+		if (n != -EAGAIN || nonblock)
+			break;
+		if (backoff.again())
+			continue;
+		// Sleep in the kernel, still busy, so that no other process's
+		// bytes come between ours: the kernel takes the side back from
+		// its own caller without waiting, and sends the rest.
+		msghdr m = {};
+		m.msg_iov = rest;
+		m.msg_iovlen = static_cast<size_t>(k);
+		ssize_t r = real::sendmsg()(fd, &m, flags);
+		s.token = 0;
+		kernel_done = true;
+		if (r > 0)
+			done += static_cast<size_t>(r);
+		else if (!done)
+			n = -1;		/* errno is the kernel's */
+		break;
+	}
+	end(s);
+	pthread_mutex_unlock(&s.lock);
+
+	if (done) {
+		*result = static_cast<ssize_t>(done);
+		return true;
+	}
+	if (kernel_done) {
+		*result = -1;
+		return true;
+	}
+	if (n == -EAGAIN) {
+		*result = -1;
+		errno = EAGAIN;
+		return true;
+	}
+	return false;	/* the end of the connection: the kernel reports it */
+}
+
+bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+{
+	if ((flags & ~MSG_DONTWAIT) || iovcnt < 1 || iovcnt > MAX_IOV)
+		return false;
+	const size_t want = total(iov, iovcnt);
+	Conn *c = want ? get(fd) : nullptr;
+	if (!c || c->rd_shut.load(std::memory_order_relaxed))
+		return false;
+	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
+	Side &s = c->rx;
+
+	pthread_mutex_lock(&s.lock);
+	if (!begin(c, s, false)) {
+		pthread_mutex_unlock(&s.lock);
+		return false;
+	}
+	sd::Consumer &q = s.consumer();
+	Backoff backoff;
+	ssize_t n;
+
+	for (;;) {
+		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
+		if (n > 0) {
+			__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
+			__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
+			if (q.take_wake()) {
+				std::uint32_t dir = SD_TOKEN_RX;
+				real::ioctl()(fd, SD_IOC_WAKE, &dir);
+			}
+			break;
+		}
+		if (n != -EAGAIN || nonblock || !backoff.again())
+			break;
+	}
+	// Credit published while looking: the writer may wait for it.
+	if (n <= 0 && q.take_wake()) {
+		std::uint32_t dir = SD_TOKEN_RX;
+		real::ioctl()(fd, SD_IOC_WAKE, &dir);
+	}
+	// O_ASYNC wants SIGIO for every arrival, which only the kernel's
+	// wake-up raises: keep asking writers for it (rule 3).
+	if (c->async.load(std::memory_order_relaxed))
+		__atomic_fetch_or(s.cons_flags, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
+	end(s);
+	pthread_mutex_unlock(&s.lock);
+
+	if (n > 0) {
+		*result = n;
+		return true;
+	}
+	if (n == -EAGAIN && nonblock) {
+		*result = -1;
+		errno = EAGAIN;
+		return true;
+	}
+	/* A wait to sleep through, the end of the stream, an error: kernel. */
+	return false;
+}
+
+void forget_range(unsigned first, unsigned last)
+{
+	for (unsigned fd = first; fd <= last && fd < MAX_CONNS; fd++)
+		if (conns[fd].load(std::memory_order_relaxed))
+			forget(static_cast<int>(fd));
+}
+
+// A forked child owns nothing: its parent does (and may go on).
+void after_fork_child()
+{
+	for (auto &slot : conns) {
+		Conn *c = slot.load(std::memory_order_relaxed);
+		if (!c)
+			continue;
+		pthread_mutex_init(&c->tx.lock, nullptr);
+		pthread_mutex_init(&c->rx.lock, nullptr);
+		c->tx.token = 0;
+		c->rx.token = 0;
+	}
+}
+
+[[gnu::constructor]] void fast_init()
+{
+	pthread_atfork(nullptr, nullptr, after_fork_child);
+}
+
+} // namespace
+
+// ---- the hooks (strong definitions replace the weak defaults) -----------
+
+bool sd_hook_send(int fd, const void *buf, size_t len, int flags, ssize_t *result) noexcept
+{
+	iovec v = {const_cast<void *>(buf), len};
+	return fast_send(fd, &v, 1, flags, result);
+}
+
+bool sd_hook_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
+		    socklen_t addrlen, ssize_t *result) noexcept
+{
+	if (addr || addrlen)
+		return false;
+	return sd_hook_send(fd, buf, len, flags, result);
+}
+
+bool sd_hook_write(int fd, const void *buf, size_t len, ssize_t *result) noexcept
+{
+	return sd_hook_send(fd, buf, len, 0, result);
+}
+
+bool sd_hook_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *result) noexcept
+{
+	return fast_send(fd, iov, iovcnt, 0, result);
+}
+
+bool sd_hook_sendmsg(int fd, const struct msghdr *msg, int flags, ssize_t *result) noexcept
+{
+	if (msg->msg_name || msg->msg_controllen || msg->msg_iovlen > MAX_IOV)
+		return false;
+	return fast_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result);
+}
+
+bool sd_hook_recv(int fd, void *buf, size_t len, int flags, ssize_t *result) noexcept
+{
+	iovec v = {buf, len};
+	return fast_recv(fd, &v, 1, flags, result);
+}
+
+bool sd_hook_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
+		      socklen_t *addrlen, ssize_t *result) noexcept
+{
+	if (addr || addrlen)
+		return false;
+	return sd_hook_recv(fd, buf, len, flags, result);
+}
+
+bool sd_hook_read(int fd, void *buf, size_t len, ssize_t *result) noexcept
+{
+	return sd_hook_recv(fd, buf, len, 0, result);
+}
+
+bool sd_hook_readv(int fd, const struct iovec *iov, int iovcnt, ssize_t *result) noexcept
+{
+	return fast_recv(fd, iov, iovcnt, 0, result);
+}
+
+bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noexcept
+{
+	if (msg->msg_name || msg->msg_control || msg->msg_iovlen > MAX_IOV)
+		return false;
+	if (!fast_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result))
+		return false;
+	msg->msg_flags = 0;
+	return true;
+}
+
+bool sd_hook_close(int fd, int *result) noexcept
+{
+	forget(fd);
+	(void)result;
+	return false;
+}
+
+bool sd_hook_close_range(unsigned int first, unsigned int last, int flags, int *result) noexcept
+{
+	if (!(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC))
+		forget_range(first, last);
+	(void)result;
+	return false;
+}
+
+bool sd_hook_dup2(int fd, int newfd, int *result) noexcept
+{
+	if (fd != newfd)
+		forget(newfd);
+	(void)result;
+	return false;
+}
+
+bool sd_hook_dup3(int fd, int newfd, int flags, int *result) noexcept
+{
+	(void)flags;
+	return sd_hook_dup2(fd, newfd, result);
+}
+
+bool sd_hook_shutdown(int fd, int how, int *result) noexcept
+{
+	if (how == SHUT_RD || how == SHUT_RDWR)
+		if (Conn *c = (fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS) ?
+				      conns[fd].load(std::memory_order_acquire) : nullptr)
+			c->rd_shut.store(true, std::memory_order_relaxed);
+	(void)result;
+	return false;
+}
+
+// O_NONBLOCK is read once per socket and followed through fcntl and ioctl.
+bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept
+{
+	if (cmd != F_SETFL)
+		return false;
+	const long fl = reinterpret_cast<long>(arg);
+	if (Conn *c = get(fd)) {
+		c->nonblock.store(fl & O_NONBLOCK, std::memory_order_relaxed);
+		c->async.store(fl & O_ASYNC, std::memory_order_relaxed);
+		if (fl & O_ASYNC)
+			__atomic_fetch_or(c->rx.cons_flags, SD_RING_READER_WAIT,
+					  __ATOMIC_SEQ_CST);
+	}
+	(void)result;
+	return false;
+}
+
+bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept
+{
+	if (request == FIONBIO && arg && fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS)
+		if (Conn *c = conns[fd].load(std::memory_order_acquire))
+			c->nonblock.store(*static_cast<int *>(arg) != 0,
+					  std::memory_order_relaxed);
+	(void)result;
+	return false;
+}

@@ -1,0 +1,105 @@
+"""Programs for test_libsd.py, run under sdrun (or not)."""
+import os
+import struct
+import sys
+import threading
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sdsock import Family  # noqa: E402
+
+SD = Family("sd")
+HDR = struct.Struct("<IIII")        # writer, seq, len, crc
+
+
+def message(writer, seq):
+    n = 1 + (writer * 7919 + seq * 104729) % 3000
+    body = bytes((writer + seq + i) & 0xFF for i in range(n))
+    return HDR.pack(writer, seq, n, zlib.crc32(body)) + body
+
+
+def check_stream(data, writers, each):
+    """Every message whole, each writer's in order, none lost or doubled."""
+    seen = {w: 0 for w in range(writers)}
+    at = 0
+    while at < len(data):
+        w, seq, n, crc = HDR.unpack_from(data, at)
+        body = data[at + HDR.size:at + HDR.size + n]
+        assert w in seen and seq == seen[w], f"writer {w} seq {seq} at {at}"
+        assert len(body) == n and zlib.crc32(body) == crc, f"torn at {at}"
+        seen[w] += 1
+        at += HDR.size + n
+    assert all(v == each for v in seen.values()), seen
+
+
+def read_all(s):
+    chunks = []
+    while True:
+        b = s.recv(1 << 16)
+        if not b:
+            return b"".join(chunks)
+        chunks.append(b)
+
+
+def shared(mode, writers, each):
+    c, s, lst = SD.pair()
+    if mode == "threads":
+        def run(w):
+            for i in range(each):
+                c.sendall(message(w, i))
+        ts = [threading.Thread(target=run, args=(w,)) for w in range(writers)]
+        for t in ts:
+            t.start()
+        got = []
+        rt = threading.Thread(target=lambda: got.append(read_all(s)))
+        rt.start()
+        for t in ts:
+            t.join()
+    else:
+        pids = []
+        for w in range(writers):
+            pid = os.fork()
+            if pid == 0:
+                for i in range(each):
+                    c.sendall(message(w, i))
+                os._exit(0)
+            pids.append(pid)
+        got = []
+        rt = threading.Thread(target=lambda: got.append(read_all(s)))
+        rt.start()
+        for pid in pids:
+            assert os.waitpid(pid, 0)[1] == 0
+    c.shutdown(socket_SHUT_WR())
+    rt.join()
+    check_stream(got[0], writers, each)
+    print(len(got[0]))
+
+
+def socket_SHUT_WR():
+    import socket
+    return socket.SHUT_WR
+
+
+def sender(n):
+    """n 8-byte sends; the reader reads only after (so it never sleeps)."""
+    lst, port = SD.listener()
+    pid = os.fork()
+    if pid == 0:
+        c = SD.socket()
+        SD.connect(c, "127.0.0.1", port)
+        for i in range(n):
+            c.send(struct.pack("<Q", i))
+        c.close()
+        os._exit(0)
+    s = SD.accept(lst)
+    os.waitpid(pid, 0)
+    data = read_all(s)
+    assert data == b"".join(struct.pack("<Q", i) for i in range(n))
+    print(len(data))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "shared":
+        shared(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "sender":
+        sender(int(sys.argv[2]))
