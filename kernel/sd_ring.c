@@ -570,7 +570,6 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 	if (prod) {
 		tok->pos = ring->tail;
 		WRITE_ONCE(h->prod_pos, ring->tail);
-		WRITE_ONCE(h->prod_busy, 0);
 		WRITE_ONCE(ring->prod_owner, get_task_pid(current, PIDTYPE_TGID));
 		/* Position before the token that makes it the owner's. */
 		smp_store_release(&h->prod_token, token);
@@ -580,7 +579,6 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 		tok->off = ring->rec_off;
 		WRITE_ONCE(h->cons_pos, ring->head);
 		WRITE_ONCE(h->cons_off, ring->rec_off);
-		WRITE_ONCE(h->cons_busy, 0);
 		WRITE_ONCE(ring->cons_owner, get_task_pid(current, PIDTYPE_TGID));
 		/* Position before the token that makes it the owner's. */
 		smp_store_release(&h->cons_token, token);

@@ -173,12 +173,14 @@ bool begin(Conn *c, Side &s, bool prod)
 	for (int tries = 0; tries < 2; tries++) {
 		if (!s.token && !acquire(c, s, prod))
 			return false;
-		__atomic_store_n(s.busy, 1, __ATOMIC_RELAXED);
-		// Our busy store before the token load; pairs with the kernel's.
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		// busy is a count: a process that finds it lost the token
+		// takes back only its own 1, never another owner's.  The
+		// locked add is also the full barrier between it and the
+		// token load (pairs with the kernel's).
+		__atomic_fetch_add(s.busy, 1, __ATOMIC_SEQ_CST);
 		if (__atomic_load_n(s.token_word, __ATOMIC_RELAXED) == s.token)
 			return true;
-		__atomic_store_n(s.busy, 0, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(s.busy, 1, __ATOMIC_RELEASE);
 		s.token = 0;			// taken back: ask again
 	}
 	return false;
@@ -186,7 +188,7 @@ bool begin(Conn *c, Side &s, bool prod)
 
 void end(Side &s)
 {
-	__atomic_store_n(s.busy, 0, __ATOMIC_RELEASE);
+	__atomic_fetch_sub(s.busy, 1, __ATOMIC_RELEASE);
 }
 
 std::int64_t now_ns()

@@ -149,10 +149,12 @@ struct sd_mmap_offsets {
  * process acquires it, a system call needs it, or SD_IOC_RELEASE.
  *
  * A user owner follows, for every operation:
- *   store busy = 1; full barrier; load the token word: not ours -> store
- *   busy = 0 and acquire again (or use the system call);
- *   ... the operation ...; store the new position (prod_pos, or cons_pos
- *   and cons_off); store-release busy = 0.
+ *   atomically add 1 to busy (a full barrier); load the token word: not
+ *   ours -> atomically subtract 1 and acquire again (or use the system
+ *   call); ... the operation ...; store the new position (prod_pos, or
+ *   cons_pos and cons_off); atomically subtract 1 (release).
+ * busy is a count, never stored: every process that may think it owns
+ * the side touches it, and each takes back only what it added.
  * The kernel, taking over: store the token word; full barrier; wait until
  * busy is 0 (or the owner is gone); read and check the position.  busy
  * stays 1 for a whole send or receive call, sleeps included, so one call's
