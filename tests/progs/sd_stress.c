@@ -333,14 +333,14 @@ static long meminfo(const char *key)
 static int conns_mode(int count)
 {
 	int *fds = calloc((size_t)count, sizeof(int));
-	int ctl[2], status, bad = 0;
+	int up[2], down[2], status, bad = 0;	/* child->parent, parent->child */
 	long avail0 = meminfo("MemAvailable"), avail1;
 	uint16_t port;
 	char c;
 	int lst;
 	pid_t pid;
 
-	if (!fds || pipe(ctl))
+	if (!fds || pipe(up) || pipe(down))
 		die("setup");
 	lst = make_listener(count, &port);
 	pid = fork();
@@ -360,7 +360,7 @@ static int conns_mode(int count)
 				_exit(1);
 			n++;
 		}
-		if (write(ctl[1], "x", 1) != 1 || read(ctl[0], &c, 1) != 1)
+		if (write(up[1], "x", 1) != 1 || read(down[0], &c, 1) != 1)
 			_exit(1);
 		_exit(n == count ? 0 : 1);
 	}
@@ -379,10 +379,10 @@ static int conns_mode(int count)
 		if (send(fds[i], &b, 1, 0) != 1)
 			die("send");
 	}
-	if (read(ctl[0], &c, 1) != 1)
+	if (read(up[0], &c, 1) != 1)
 		bad++;
 	avail1 = meminfo("MemAvailable");
-	if (write(ctl[1], "x", 1) != 1)
+	if (write(down[1], "x", 1) != 1)
 		bad++;
 	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
 	    WEXITSTATUS(status))
