@@ -38,7 +38,6 @@
 
 #define SD_MODULE_VERSION "0.2"
 
-struct sd_net;
 struct sd_group;
 
 /*
@@ -291,7 +290,7 @@ void sd_ring_set_flags(struct sd_ring *ring, unsigned int off, u32 flags);
 void sd_ring_clear_flags(struct sd_ring *ring, unsigned int off, u32 flags);
 u32 sd_ring_get_flags(struct sd_ring *ring, unsigned int off);
 int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma);
-int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod);
+int sd_ring_reclaim(struct sd_ring *ring, bool prod);
 bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner);
 void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok);
 void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off);

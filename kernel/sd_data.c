@@ -81,7 +81,7 @@ static int sd_lock_call(struct sock *sk, bool prod, bool nonblock)
 		owner = prod ? ring->prod_owner : ring->cons_owner;
 		if (!owner)
 			return 0;
-		err = sd_ring_reclaim(sk, ring, prod);
+		err = sd_ring_reclaim(ring, prod);
 		if (!err) {
 			sd_stat_inc(sock_net(sk), SD_STAT_TAKEOVERS);
 			return 0;

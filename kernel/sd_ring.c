@@ -510,8 +510,8 @@ static int sd_take_cons(struct sd_ring *ring)
 /*
  * Take a side back from the process that drives it, without its help:
  * revoke the token, wait until the owner is between calls (or gone), then
- * check and adopt its position.  Called with @sk (the side's socket)
- * locked and its call mutex held.  -EAGAIN: the owner is mid-call; drop
+ * check and adopt its position.  Called with the side's socket locked
+ * and its call mutex held.  -EAGAIN: the owner is mid-call; drop
  * both, wait for sd_ring_owner_busy() to clear, and call again.
  * -EPROTO: the owner left the ring corrupt.
  */
@@ -527,7 +527,7 @@ bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner)
 	       sd_owner_alive(owner);
 }
 
-int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod)
+int sd_ring_reclaim(struct sd_ring *ring, bool prod)
 {
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);
 	struct pid **owner = prod ? &ring->prod_owner : &ring->cons_owner;
@@ -537,7 +537,6 @@ int sd_ring_reclaim(struct sock *sk, struct sd_ring *ring, bool prod)
 
 	if (!*owner)
 		return 0;
-	(void)sk;
 	WRITE_ONCE(*token, 0);
 	/* The token store before the busy load; pairs with the owner's. */
 	smp_mb();

@@ -216,13 +216,12 @@ struct Backoff {
 		if (t < deadline)
 			return true;
 		if (yields++ < YIELDS) {
-			real_yield();
+			sched_yield();
 			return true;
 		}
 		return false;
 	}
 
-	static void real_yield() { sched_yield(); }
 };
 
 size_t total(const iovec *iov, int n)
