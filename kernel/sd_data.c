@@ -117,12 +117,35 @@ static void sd_unlock_call(struct sock *sk, bool prod)
 	mutex_unlock(prod ? &ss->send_mutex : &ss->recv_mutex);
 }
 
+/*
+ * A sleeper is done with a flag it set in a ring (READER_WAIT,
+ * NEED_CREDIT) and has left the wait queue.  Others may rely on the same
+ * flag: another caller asleep, a poll or an epoll entry, each of which set
+ * it after joining the queue.  So clear it, then (full barrier) look at
+ * the queue and set it again if anyone is there; one who joins after the
+ * look sets it itself.
+ */
+static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
+			    unsigned int which, u32 flag)
+{
+	struct socket_wq *wq;
+
+	sd_ring_clear_flags(ring, which, flag);
+	rcu_read_lock();
+	wq = rcu_dereference(sk->sk_wq);
+	/* skwq_has_sleeper() orders the clear before the look. */
+	if (skwq_has_sleeper(wq))
+		sd_ring_set_flags(ring, which, flag);
+	rcu_read_unlock();
+}
+
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
 	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
+	bool armed = false, slept = false;
 	size_t sent = 0;
 	long timeo;
 	int err;
@@ -172,25 +195,37 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 			continue;
 		}
 
-		/* The ring is full. */
+		/* The ring is full: rule 4, ask for credit, look once more. */
+		if (!armed) {
+			armed = true;
+			sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD,
+					  SD_RING_NEED_CREDIT);
+			/* Flag before the credit load (pairs: sd_ring_credit) */
+			smp_mb__after_atomic();
+			if (sd_tx_space(ss) >= SD_TX_MIN_SPACE)
+				continue;
+		}
+		/*
+		 * Non-blocking, the flag stays: the caller may wait in poll
+		 * or epoll next, edge-triggered too, for the wake-up it
+		 * brings.
+		 */
 		err = -EAGAIN;
 		if (!timeo)
 			break;
 		err = sock_intr_errno(timeo);
 		if (signal_pending(current))
 			break;
-		/* Rule 4: ask for credit, then look once more, then sleep. */
-		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD,
-				  SD_RING_NEED_CREDIT);
-		/* Flag store before the credit load (pairs: sd_ring_credit) */
-		smp_mb__after_atomic();
+		slept = true;
 		sk_wait_event(sk, &timeo,
 			      sd_tx_space(ss) >= SD_TX_MIN_SPACE ||
 			      sd_tx_space(ss) < 0 || sd_tx_done(sk), &wait);
-		sd_ring_clear_flags(sd_tx(ss), SD_RING_HDR_PROD,
-				    SD_RING_NEED_CREDIT);
+		armed = false;
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
+	if (slept && ss->conn)
+		sd_done_waiting(sk, sd_tx(ss), SD_RING_HDR_PROD,
+				SD_RING_NEED_CREDIT);
 	sd_unlock_call(sk, true);
 
 	if (sent)
@@ -226,6 +261,7 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	struct sd_sock *ss = sd_sk(sk);
 	bool nonblock = flags & MSG_DONTWAIT;
 	bool peek = flags & MSG_PEEK;
+	bool armed = false, slept = false;
 	int copied = 0;
 	long timeo;
 	int target;
@@ -281,6 +317,21 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		}
 		if (shutdown & RCV_SHUTDOWN)
 			break;
+		/* Rule 3: a writer in user space wakes us only if asked. */
+		if (!armed) {
+			armed = true;
+			sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS,
+					  SD_RING_READER_WAIT);
+			/* Flag before the header load (pairs: the writer's) */
+			smp_mb__after_atomic();
+			if (sd_ring_readable(sd_rx(ss), NULL))
+				continue;
+		}
+		/*
+		 * Non-blocking, the flag stays: the caller may wait in poll
+		 * or epoll next, edge-triggered too, for the wake-up it
+		 * brings.
+		 */
 		if (!timeo) {
 			if (!copied)
 				copied = -EAGAIN;
@@ -294,16 +345,14 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		/* About to sleep: give the writer all the room there is. */
 		if (!peek)
 			sd_rx_credit(sk, true);
-		/* Rule 3: a writer in user space wakes us only if asked. */
-		sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS,
-				  SD_RING_READER_WAIT);
-		/* Flag store before the header load (pairs: the writer's) */
-		smp_mb__after_atomic();
+		slept = true;
 		sk_wait_event(sk, &timeo, sd_rx_wake_cond(sk), &wait);
-		sd_ring_clear_flags(sd_rx(ss), SD_RING_HDR_CONS,
-				    SD_RING_READER_WAIT);
+		armed = false;
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
+	if (slept)
+		sd_done_waiting(sk, sd_rx(ss), SD_RING_HDR_CONS,
+				SD_RING_READER_WAIT);
 	if (!peek && ss->conn && !READ_ONCE(ss->conn->gone[ss->side]))
 		sd_rx_credit(sk, sd_ring_readable(sd_rx(ss), NULL) == 0);
 	if (!peek && copied > 0) {
