@@ -18,57 +18,23 @@
 // token still ours?  ... work ...  publish the position, busy = 0.
 #include "hooks.hpp"
 
-#include "../ring.hpp"
+#include "fast.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <sys/mman.h>
-#include <time.h>
+#include <sys/single_threaded.h>
 
-#include <atomic>
-#include <new>
+#include <algorithm>
 
-namespace {
-
-using namespace sd::shim;
-
-// Busy-poll this long, then yield a few times, then sleep in the kernel.
-constexpr std::int64_t SPIN_NS = 200'000;
-constexpr int YIELDS = 8;
-constexpr unsigned MAX_CONNS = 1U << 16;
-
-struct Side {
-	pthread_mutex_t lock;
-	std::uint32_t token;		// ours; 0: not ours
-	std::uint32_t *token_word;	// written by the kernel
-	std::uint32_t *prod_flags;
-	std::uint32_t *cons_flags;
-	std::uint32_t *busy;
-	std::uint64_t *pos;
-	std::uint32_t *off;		// consumer only
-	bool ready;
-	alignas(sd::Producer) unsigned char prod[sizeof(sd::Producer)];
-	alignas(sd::Consumer) unsigned char cons[sizeof(sd::Consumer)];
-
-	sd::Producer &producer() { return *std::launder(reinterpret_cast<sd::Producer *>(prod)); }
-	sd::Consumer &consumer() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons)); }
-};
-
-struct Conn {
-	int fd;
-	void *tx_map;
-	void *rx_map;
-	sd_mmap_offsets off;
-	std::atomic<bool> nonblock;
-	std::atomic<bool> rd_shut;
-	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
-	Side tx, rx;
-};
+namespace sd::shim::fast {
 
 std::atomic<Conn *> conns[MAX_CONNS];
+std::int64_t spin_ns = SPIN_NS;
+
+namespace {
 
 template <typename T> T *at(void *map, std::uint64_t off)
 {
@@ -78,14 +44,14 @@ template <typename T> T *at(void *map, std::uint64_t off)
 void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
 {
 	pthread_mutex_init(&s.lock, nullptr);
-	s.token = 0;
-	s.ready = false;
-	s.token_word = at<std::uint32_t>(map, prod ? o.prod_token : o.cons_token);
+	s.tok = sd::TokenSide(at<std::uint32_t>(map, prod ? o.prod_token : o.cons_token),
+			      at<std::uint32_t>(map, prod ? o.prod_busy : o.cons_busy));
 	s.prod_flags = at<std::uint32_t>(map, o.prod_flags);
 	s.cons_flags = at<std::uint32_t>(map, o.cons_flags);
-	s.busy = at<std::uint32_t>(map, prod ? o.prod_busy : o.cons_busy);
 	s.pos = at<std::uint64_t>(map, prod ? o.prod_pos : o.cons_pos);
 	s.off = prod ? nullptr : at<std::uint32_t>(map, o.cons_off);
+	s.credit = at<std::uint64_t>(map, o.consumer);
+	s.size = o.size;
 }
 
 void drop(Conn *c)
@@ -95,8 +61,8 @@ void drop(Conn *c)
 	free(c);
 }
 
-// The fast-path state of a connected AF_SD socket, made on first use;
-// nullptr when there is none (not connected, out of range, no memory).
+} // namespace
+
 Conn *get(int fd)
 {
 	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
@@ -143,6 +109,8 @@ Conn *get(int fd)
 	return c;
 }
 
+namespace {
+
 void forget(int fd)
 {
 	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
@@ -151,78 +119,49 @@ void forget(int fd)
 		drop(c);
 }
 
-// Become the owner of a side (SD_IOC_ACQUIRE) and set up its ring code.
-bool acquire(Conn *c, Side &s, bool prod)
+// Become the owner of a side (SD_IOC_ACQUIRE) and set up its ring code:
+// the new token, or 0.
+std::uint32_t acquire(Conn *c, Side &s, bool prod)
 {
 	sd_token tok = {};
 	tok.dir = prod ? SD_TOKEN_TX : SD_TOKEN_RX;
-	if (real::ioctl()(c->fd, SD_IOC_ACQUIRE, &tok))
-		return false;
+	if (real::ioctl()(c->fd, SD_IOC_ACQUIRE, &tok) || !tok.token)
+		return 0;
 	if (prod)
 		new (s.prod) sd::Producer(c->tx_map, c->off.tx, tok.pos);
 	else
 		new (s.cons) sd::Consumer(c->rx_map, c->off.rx, tok.pos, tok.off);
-	s.ready = true;
-	s.token = tok.token;
+	return tok.token;
+}
+
+// The threads of this process take turns on a side.  A process with one
+// thread has nobody to take turns with: glibc's __libc_single_threaded
+// stays true until the first thread is created, which only this thread
+// could do, and not while it is in here.
+bool lock_side(Side &s)
+{
+	if (__libc_single_threaded)
+		return false;
+	pthread_mutex_lock(&s.lock);
 	return true;
 }
 
-// Start a call as the owner: busy, fence, token check (uapi "Tokens").
+void unlock_side(Side &s, bool locked)
+{
+	if (locked)
+		pthread_mutex_unlock(&s.lock);
+}
+
+// Start a call as the owner (lib/token.hpp).
 bool begin(Conn *c, Side &s, bool prod)
 {
-	for (int tries = 0; tries < 2; tries++) {
-		if (!s.token && !acquire(c, s, prod))
-			return false;
-		// busy is a count: a process that finds it lost the token
-		// takes back only its own 1, never another owner's.  The
-		// locked add is also the full barrier between it and the
-		// token load (pairs with the kernel's).
-		__atomic_fetch_add(s.busy, 1, __ATOMIC_SEQ_CST);
-		if (__atomic_load_n(s.token_word, __ATOMIC_RELAXED) == s.token)
-			return true;
-		__atomic_fetch_sub(s.busy, 1, __ATOMIC_RELEASE);
-		s.token = 0;			// taken back: ask again
-	}
-	return false;
+	return s.tok.begin([&] { return acquire(c, s, prod); });
 }
 
 void end(Side &s)
 {
-	__atomic_fetch_sub(s.busy, 1, __ATOMIC_RELEASE);
+	s.tok.end();
 }
-
-std::int64_t now_ns()
-{
-	timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
-
-// Spin, then yield, then give up (the caller goes to the kernel).
-struct Backoff {
-	std::int64_t deadline = 0;
-	int yields = 0;
-	unsigned n = 0;
-
-	bool again()
-	{
-		if ((++n & 63) != 1) {
-			__builtin_ia32_pause();
-			return true;
-		}
-		std::int64_t t = now_ns();
-		if (!deadline)
-			deadline = t + SPIN_NS;
-		if (t < deadline)
-			return true;
-		if (yields++ < YIELDS) {
-			sched_yield();
-			return true;
-		}
-		return false;
-	}
-
-};
 
 size_t total(const iovec *iov, int n)
 {
@@ -262,9 +201,9 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
 	Side &s = c->tx;
 
-	pthread_mutex_lock(&s.lock);
+	const bool locked = lock_side(s);
 	if (!begin(c, s, true)) {
-		pthread_mutex_unlock(&s.lock);
+		unlock_side(s, locked);
 		return false;
 	}
 	// The connection ended or was reset, or this end shut down writing:
@@ -272,7 +211,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if ((__atomic_load_n(s.prod_flags, __ATOMIC_ACQUIRE) & (SD_RING_FIN | SD_RING_RESET)) ||
 	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
 		end(s);
-		pthread_mutex_unlock(&s.lock);
+		unlock_side(s, locked);
 		return false;
 	}
 	sd::Producer &p = s.producer();
@@ -280,6 +219,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	size_t done = 0;
 	ssize_t n = 0;
 	Backoff backoff;
+	int rearm = 0;
 	bool kernel_done = false;
 
 	while (done < want) {
@@ -296,8 +236,19 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			}
 			continue;
 		}
-		if (n != -EAGAIN || nonblock)
+		if (n != -EAGAIN)
 			break;
+		if (nonblock) {
+			// The caller may now sleep in the kernel (epoll,
+			// edge-triggered too) until there is room: ask the
+			// reader for credit, and look once more (rule 4).
+			const int w = p.prepare_wait();
+			if (w == 0 && rearm++ < 2)
+				continue;
+			if (w < 0)
+				n = w;
+			break;
+		}
 		if (backoff.again())
 			continue;
 		// Sleep in the kernel, still busy, so that no other process's
@@ -307,7 +258,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		m.msg_iov = rest;
 		m.msg_iovlen = static_cast<size_t>(k);
 		ssize_t r = real::sendmsg()(fd, &m, flags);
-		s.token = 0;
+		s.tok.lost();
 		kernel_done = true;
 		if (r > 0)
 			done += static_cast<size_t>(r);
@@ -316,7 +267,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		break;
 	}
 	end(s);
-	pthread_mutex_unlock(&s.lock);
+	unlock_side(s, locked);
 
 	if (done) {
 		*result = static_cast<ssize_t>(done);
@@ -345,13 +296,14 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
 	Side &s = c->rx;
 
-	pthread_mutex_lock(&s.lock);
+	const bool locked = lock_side(s);
 	if (!begin(c, s, false)) {
-		pthread_mutex_unlock(&s.lock);
+		unlock_side(s, locked);
 		return false;
 	}
 	sd::Consumer &q = s.consumer();
 	Backoff backoff;
+	int rearm = 0;
 	ssize_t n;
 
 	for (;;) {
@@ -365,7 +317,20 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			}
 			break;
 		}
-		if (n != -EAGAIN || nonblock || !backoff.again())
+		if (n != -EAGAIN)
+			break;
+		if (nonblock) {
+			// The caller may now sleep in the kernel (epoll,
+			// edge-triggered too) until data comes: ask the writer
+			// to wake it, and look once more (rule 3).
+			const int w = q.prepare_wait();
+			if (w == 0 && rearm++ < 2)
+				continue;
+			if (w < 0)
+				n = w;
+			break;
+		}
+		if (!backoff.again())
 			break;
 	}
 	// Credit published while looking: the writer may wait for it.
@@ -378,7 +343,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if (c->async.load(std::memory_order_relaxed))
 		__atomic_fetch_or(s.cons_flags, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
 	end(s);
-	pthread_mutex_unlock(&s.lock);
+	unlock_side(s, locked);
 
 	if (n > 0) {
 		*result = n;
@@ -409,17 +374,49 @@ void after_fork_child()
 			continue;
 		pthread_mutex_init(&c->tx.lock, nullptr);
 		pthread_mutex_init(&c->rx.lock, nullptr);
-		c->tx.token = 0;
-		c->rx.token = 0;
+		c->tx.tok.lost();
+		c->rx.tok.lost();
 	}
+	epoll_forget_all();
+}
+
+// SD_SPIN_US: microseconds to spin before sleeping, 0 to SPIN_US_MAX.
+void read_spin()
+{
+	const char *v = getenv("SD_SPIN_US");
+	if (!v || !*v)
+		return;
+	char *end;
+	errno = 0;
+	const long long us = strtoll(v, &end, 10);
+	if (errno || *end || us < 0 || us > SPIN_US_MAX) {
+		char msg[160];
+		const int n = snprintf(msg, sizeof(msg),
+				       "libsd: SD_SPIN_US=%.32s is not a number of microseconds "
+				       "from 0 to %lld; spinning %lld\n",
+				       v, static_cast<long long>(SPIN_US_MAX),
+				       static_cast<long long>(SPIN_NS / 1000));
+		if (n > 0)
+			(void)real::write()(2, msg, std::min(static_cast<size_t>(n), sizeof(msg) - 1));
+		return;
+	}
+	spin_ns = us * 1000;
 }
 
 [[gnu::constructor]] void fast_init()
 {
-	pthread_atfork(nullptr, nullptr, after_fork_child);
+	const int saved = errno;
+
+	read_spin();
+	errno = saved;
+	pthread_atfork(nullptr, epoll_forget_all, after_fork_child);
 }
 
 } // namespace
+} // namespace sd::shim::fast
+
+using namespace sd::shim;
+using namespace sd::shim::fast;
 
 // ---- the hooks (strong definitions replace the weak defaults) -----------
 
@@ -519,10 +516,12 @@ bool sd_hook_dup3(int fd, int newfd, int flags, int *result) noexcept
 
 bool sd_hook_shutdown(int fd, int how, int *result) noexcept
 {
-	if (how == SHUT_RD || how == SHUT_RDWR)
-		if (Conn *c = (fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS) ?
-				      conns[fd].load(std::memory_order_acquire) : nullptr)
+	if (Conn *c = lookup(fd)) {
+		if (how == SHUT_RD || how == SHUT_RDWR)
 			c->rd_shut.store(true, std::memory_order_relaxed);
+		if (how == SHUT_WR || how == SHUT_RDWR)
+			c->wr_shut.store(true, std::memory_order_relaxed);
+	}
 	(void)result;
 	return false;
 }

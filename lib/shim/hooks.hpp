@@ -20,7 +20,8 @@
 //     the token hand-over on fork need them whatever the family);
 //   - poll, ppoll, select, pselect: when one of the fds is an AF_SD socket;
 //     epoll_wait, epoll_pwait, epoll_pwait2: when an AF_SD socket was added
-//     to that epoll fd; epoll_ctl when the target fd is an AF_SD socket;
+//     to that epoll fd; epoll_create, epoll_create1 and epoll_ctl: on every
+//     call (the fast path keeps track of interest lists);
 //   - close_range (and closefrom, which calls the close_range hook with
 //     last = ~0U and flags 0): when the range holds a known AF_SD fd; close
 //     and the target of dup2 and dup3: when the fd is known to be AF_SD
@@ -35,7 +36,9 @@
 // its thread makes (the hook's own system calls, a signal handler's calls)
 // goes straight to libc.  The shim keeps the descriptor table itself,
 // also for calls a hook handled: a hook that creates an fd need not enter
-// it, and the table learns an fd's kind on first use.
+// it, and the table learns an fd's kind on first use.  The exception is
+// epoll_create and epoll_create1: a hook that handles them enters the new
+// fd (as FD_OTHER) itself.
 //
 // fcntl and ioctl are variadic: their hooks get the optional argument as
 // void * (what glibc passes on to the kernel).

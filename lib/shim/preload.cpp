@@ -461,12 +461,38 @@ extern "C" int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 	return real::pselect()(nfds, rd, wr, ex, timeout, sigmask);
 }
 
+// An epoll fd is not a socket: entered as FD_OTHER, by the hook when it
+// handles the call (it keys its own state to the entry's generation).
+extern "C" int epoll_create(int size)
+{
+	int r = -1;
+
+	if (!inside && SD_ASK(epoll_create, r, (size)))
+		return r;
+	r = real::epoll_create()(size);
+	if (r >= 0)
+		fds.set(r, FD_OTHER);
+	return r;
+}
+
+extern "C" int epoll_create1(int flags)
+{
+	int r = -1;
+
+	if (!inside && SD_ASK(epoll_create1, r, (flags)))
+		return r;
+	r = real::epoll_create1()(flags);
+	if (r >= 0)
+		fds.set(r, FD_OTHER);
+	return r;
+}
+
 extern "C" int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	const bool sd = fds.kind(fd) == FD_SD;
 	int r = -1;
 
-	if (!sd || inside || !SD_ASK(epoll_ctl, r, (epfd, op, fd, event)))
+	if (inside || !SD_ASK(epoll_ctl, r, (epfd, op, fd, event)))
 		r = real::epoll_ctl()(epfd, op, fd, event);
 	// An epoll fd inside another passes its mark on.
 	if (r == 0 && op == EPOLL_CTL_ADD && (sd || fds.epoll_has_sd(fd)))

@@ -117,10 +117,23 @@ public:
 	void set(int fd, FdKind k) noexcept { replace(fd, k); }
 	// fd is being or was closed.
 	void forget(int fd) noexcept { replace(fd, 0); }
-	// to is now a copy of from (dup, dup2, dup3, F_DUPFD).
+	// to is now a copy of from (dup, dup2, dup3, F_DUPFD).  from's
+	// generation moves too: state keyed to it (an epoll fd's tracked
+	// interest list) cannot follow changes made through the copy.
 	void copy(int from, int to) noexcept
 	{
-		replace(to, raw(from) & (KIND_MASK | FD_EPOLL_SD));
+		const std::uint16_t low = raw(from) & (KIND_MASK | FD_EPOLL_SD);
+
+		replace(to, low);
+		if (std::uint16_t *e = entry(from, false))
+			replace_entry(e, low);
+	}
+
+	// The generation of fd's entry (0 if it has none): it moves whenever
+	// the fd is closed, replaced or copied.
+	std::uint16_t generation(int fd) const noexcept
+	{
+		return static_cast<std::uint16_t>(raw(fd) & ~unsigned{LOW_MASK});
 	}
 	// Every fd in [first, last] is being or was closed.
 	void forget_range(unsigned first, unsigned last) noexcept;

@@ -98,7 +98,53 @@ def sender(n):
     print(len(data))
 
 
+def wait_readable(how, s, ep):
+    import select
+    if how == "poll":
+        p = select.poll()
+        p.register(s, select.POLLIN)
+        assert p.poll(10000), "poll timed out"
+    elif how == "select":
+        assert select.select([s], [], [], 10)[0], "select timed out"
+    else:
+        assert ep.poll(10), "epoll timed out"
+
+
+def pingpong(how, n):
+    """n round trips of 8 bytes between two processes on non-blocking
+    sockets, each waiting for readiness with how (poll, select, epoll)."""
+    import select
+    lst, port = SD.listener()
+    pid = os.fork()
+    if pid == 0:
+        c = SD.socket()
+        SD.connect(c, "127.0.0.1", port)
+        side, first = c, True
+    else:
+        side, first = SD.accept(lst), False
+    side.setblocking(False)
+    ep = None
+    if how == "epoll":
+        ep = select.epoll()
+        ep.register(side, select.EPOLLIN)
+    for i in range(n):
+        if first:
+            side.send(struct.pack("<Q", i))
+        wait_readable(how, side, ep)
+        got = side.recv(8)
+        assert got == struct.pack("<Q", i), (i, got)
+        if not first:
+            side.send(got)
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    print(n)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "pingpong":
+        pingpong(sys.argv[2], int(sys.argv[3]))
+        sys.exit(0)
     if sys.argv[1] == "shared":
         shared(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif sys.argv[1] == "sender":

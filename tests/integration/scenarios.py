@@ -749,6 +749,169 @@ def epoll_wakes_blocked_waiter(t, f):
     t.log("woken", [e for _, e in ep.poll(5)])
 
 
+def warm(c, s):
+    """Carry data both ways, so that libsd has mapped the rings and drives
+    both sides of both ends (readiness then comes from user space)."""
+    c.sendall(b"ping")
+    recv_exact(s, 4)
+    s.sendall(b"pong")
+    recv_exact(c, 4)
+
+
+POLLBITS = [(select.POLLIN, "IN"), (select.POLLOUT, "OUT"),
+            (select.POLLERR, "ERR"), (select.POLLHUP, "HUP")]
+
+
+def named(events, names):
+    """[(fd, mask)] as sorted 'name:IN|OUT' strings."""
+    return sorted(names[fd] + ":" + ("|".join(n for b, n in POLLBITS
+                                             if m & b) or "none")
+                  for fd, m in events)
+
+
+@scenario
+def readiness_poll_select_mixed(t, f):
+    c, s, _ = f.pair()
+    warm(c, s)
+    r, w = os.pipe()
+    names = {s.fileno(): "s", c.fileno(): "c", r: "pipe"}
+    t.log("poll idle", pollmask(s))
+    c.send(b"12345")
+    time.sleep(SETTLE)
+    t.log("poll data", pollmask(s))
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    p.register(r, select.POLLIN)
+    p.register(c, select.POLLOUT)
+    t.log("poll socket ready", named(p.poll(1000), names))
+    os.write(w, b"x")
+    t.log("poll both ready", named(p.poll(1000), names))
+    t.call("recv", s.recv, 100)
+    t.log("poll pipe only", named(p.poll(1000), names))
+    os.read(r, 1)
+    t.log("poll writable only", named(p.poll(0), names))
+    p.unregister(c)
+    t.log("poll none", named(p.poll(0), names))
+    c.send(b"late")
+    t.log("poll woken", named(p.poll(5000), names))
+    t.call("recv late", s.recv, 100)
+
+    def sel(rd, wr, timeout):
+        a, b, _ = select.select(rd, wr, [], timeout)
+        return sorted(names[x.fileno() if hasattr(x, "fileno") else x] +
+                      ":" + k for k, lst in (("r", a), ("w", b)) for x in lst)
+    t.log("select idle", sel([s, r], [c], 0))
+    c.send(b"y")
+    t.log("select data", sel([s, r], [], 2))
+    os.write(w, b"z")
+    t.log("select both", sel([s, r], [c], 2))
+    s.recv(10)
+    os.read(r, 1)
+    t.log("select none", sel([s, r], [], 0))
+    threading.Timer(0.2, lambda: c.send(b"wake")).start()
+    t.log("select woken", sel([s, r], [], 5))
+    os.close(r)
+    os.close(w)
+
+
+@scenario
+def readiness_epoll_tracked(t, f):
+    c, s, _ = f.pair()
+    c2, s2, _ = f.pair()
+    warm(c, s)
+    warm(c2, s2)
+    r, w = os.pipe()
+    names = {s.fileno(): "s", c.fileno(): "c", s2.fileno(): "s2", r: "pipe"}
+    ep = select.epoll()
+    ep.register(s, select.EPOLLIN)
+    ep.register(c, select.EPOLLOUT)
+    ep.register(s2, select.EPOLLIN)
+    t.log("idle", named(ep.poll(0), names))
+    c.send(b"abc")
+    t.log("data", named(ep.poll(2), names))
+    t.log("data again (level)", named(ep.poll(0), names))
+    t.call("recv part", s.recv, 1)
+    t.log("rest still ready", named(ep.poll(0), names))
+    t.call("recv rest", s.recv, 10)
+    t.log("drained", named(ep.poll(0), names))
+    ep.register(r, select.EPOLLIN)
+    os.write(w, b"p")
+    t.log("pipe", named(ep.poll(2), names))
+    c2.send(b"q")
+    t.log("pipe and s2", named(ep.poll(2), names))
+    seen = set()
+    for _ in range(8):
+        seen.update(names[fd] for fd, _ in ep.poll(0, 1))
+    t.log("maxevents 1 reaches all", sorted(seen))
+    ep.modify(c, select.EPOLLIN)
+    t.log("modified c to IN", named(ep.poll(0), names))
+    ep.unregister(r)
+    t.log("pipe unregistered", named(ep.poll(0), names))
+    s2.close()
+    t.log("member closed without DEL", named(ep.poll(0), names))
+    threading.Timer(0.2, lambda: c.send(b"wake")).start()
+    t.log("woken", named(ep.poll(5), names))
+    os.close(r)
+    os.close(w)
+
+
+@scenario
+def epoll_edge_nonblocking_rounds(t, f):
+    """Edge-triggered epoll with a non-blocking reader that reads until
+    EAGAIN, against a writer that sends after the reader went to sleep:
+    every round must wake (a missed wake-up hangs here)."""
+    c, s, _ = f.pair()
+    warm(c, s)
+    s.setblocking(False)
+    ep = select.epoll()
+    ep.register(s, select.EPOLLIN | select.EPOLLET)
+    woken = 0
+    got = bytearray()
+    for i in range(30):
+        threading.Timer(0.01, lambda i=i: c.send(b"%04d" % i)).start()
+        if ep.poll(5):
+            woken += 1
+        while True:
+            try:
+                b = s.recv(100)
+            except BlockingIOError:
+                break
+            if not b:
+                break
+            got += b
+    while len(got) < 120 and ep.poll(5):
+        try:
+            got += s.recv(100)
+        except BlockingIOError:
+            pass
+    t.log("every round woke", woken == 30)
+    t.log("bytes", bytes(got) == b"".join(b"%04d" % i for i in range(30)))
+
+
+@scenario
+def epoll_edge_nonblocking_writer(t, f):
+    """Edge-triggered EPOLLOUT for a writer that writes until EAGAIN."""
+    c, s, _ = f.pair()
+    warm(c, s)
+    c.setblocking(False)
+    ep = select.epoll()
+    ep.register(c, select.EPOLLOUT | select.EPOLLET)
+    t.log("writable", [e & select.EPOLLOUT for _, e in ep.poll(1)])
+    sent = fill(c)
+    t.log("full", ep.poll(0))
+    out = bytearray()
+
+    def drain():
+        while len(out) < sent:
+            out.extend(s.recv(1 << 16))
+    th = threading.Thread(target=drain)
+    threading.Timer(0.1, th.start).start()
+    t.log("woken writable", [e & select.EPOLLOUT for _, e in ep.poll(5)])
+    time.sleep(0.2)
+    th.join(10)
+    t.log("drained all", len(out) == sent)
+
+
 @scenario
 def sigio(t, f):
     hits = []

@@ -49,6 +49,42 @@ def syscalls(n):
     return count, text
 
 
+WAITS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait")
+
+
+def wait_syscalls(how, n):
+    """Readiness and data system calls of an n-round-trip ping-pong
+    that waits with how; libsd spins long enough (SD_SPIN_US) that no
+    wait has to sleep in the kernel, so every one can be answered from
+    the rings."""
+    trace = os.path.join("/tmp", f"strace-{how}-{n}.txt")
+    env = dict(os.environ, SD_SPIN_US="200000")
+    out = subprocess.run(["strace", "-f", "-c", "-o", trace, SDRUN,
+                          sys.executable, PEER, "pingpong", how, str(n)],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr
+    text = open(trace).read()
+    count = 0
+    for line in text.splitlines():
+        m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$",
+                     line)
+        # Not ioctl: a reader that once slept in the kernel's poll
+        # leaves READER_WAIT set, and the writer then wakes it with one
+        # ioctl per send (Documentation/libsd.rst, "Readiness").
+        if m and m.group(2) in WAITS + ("sendto", "recvfrom",
+                                        "sched_yield", "futex"):
+            count += int(m.group(1))
+    return count, text
+
+
+@pytest.mark.parametrize("how", ["poll", "select", "epoll"])
+def test_readiness_without_syscalls(how):
+    few, _ = wait_syscalls(how, 100)
+    many, text = wait_syscalls(how, 1000)
+    # 900 more round trips: each side waits 900 more times.
+    assert many - few < 90, f"{how}: {few} -> {many}\n{text}"
+
+
 def test_syscalls_do_not_grow_with_messages():
     few, _ = syscalls(200)
     many, text = syscalls(5000)

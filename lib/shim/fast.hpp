@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+//
+// The fast path's per-connection state, shared by the data calls
+// (fast.cpp) and readiness (ready.cpp).  See Documentation/libsd.rst.
+#pragma once
+
+#include "shim.hpp"
+
+#include "../ring.hpp"
+#include "../token.hpp"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+#include <atomic>
+#include <new>
+
+namespace sd::shim::fast {
+
+// Busy-poll this long, then yield a few times, then sleep in the kernel.
+// SD_SPIN_US in the environment overrides it (spin_ns).
+constexpr std::int64_t SPIN_NS = 200'000;
+constexpr std::int64_t SPIN_US_MAX = 10'000'000;
+extern std::int64_t spin_ns;
+constexpr int YIELDS = 8;
+constexpr unsigned MAX_CONNS = 1U << 16;
+
+// One direction of a connection as this process drives it.
+struct Side {
+	pthread_mutex_t lock;		// the threads of this process (if several)
+	sd::TokenSide tok;		// whether this process drives the side
+	std::uint32_t *prod_flags;
+	std::uint32_t *cons_flags;
+	std::uint64_t *pos;
+	std::uint32_t *off;		// consumer only
+	std::uint64_t *credit;		// the consumer word: the credit
+	std::uint64_t size;
+	alignas(sd::Producer) unsigned char prod[sizeof(sd::Producer)];
+	alignas(sd::Consumer) unsigned char cons[sizeof(sd::Consumer)];
+
+	sd::Producer &producer() { return *std::launder(reinterpret_cast<sd::Producer *>(prod)); }
+	sd::Consumer &consumer() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons)); }
+
+	// Whether this process holds the token now (a hint: the kernel may
+	// take it back the moment after).
+	bool ours() const { return tok.ours(); }
+};
+
+struct Conn {
+	int fd;
+	void *tx_map;
+	void *rx_map;
+	sd_mmap_offsets off;
+	std::atomic<bool> nonblock;
+	std::atomic<bool> rd_shut;
+	std::atomic<bool> wr_shut;
+	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
+	Side tx, rx;
+};
+
+extern std::atomic<Conn *> conns[MAX_CONNS];
+
+// The fast-path state of fd if it has some already (no system call).
+inline Conn *lookup(int fd)
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
+		return nullptr;
+	return conns[fd].load(std::memory_order_acquire);
+}
+
+// The fast-path state of a connected AF_SD socket, made on first use;
+// nullptr when there is none (not connected, out of range, no memory).
+Conn *get(int fd);
+
+inline std::int64_t now_ns()
+{
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+}
+
+// Spin, then yield, then give up (the caller goes to the kernel).
+struct Backoff {
+	std::int64_t deadline = 0;
+	int yields = 0;
+	unsigned n = 0;
+
+	bool again()
+	{
+		// The clock first after 64 pauses: most waits end sooner.
+		if ((++n & 63) != 0) {
+			__builtin_ia32_pause();
+			return true;
+		}
+		std::int64_t t = now_ns();
+		if (!deadline)
+			deadline = t + spin_ns;
+		if (t < deadline)
+			return true;
+		if (yields++ < YIELDS) {
+			sched_yield();
+			return true;
+		}
+		return false;
+	}
+};
+
+// Forget every epoll set this process tracks (fork: parent and child now
+// share their interest lists).
+void epoll_forget_all();
+
+} // namespace sd::shim::fast
