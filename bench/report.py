@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import pathlib
+import statistics
 import sys
 
 ORDER = ["shm", "libsd", "sd", "unix", "tcp"]
@@ -102,6 +103,8 @@ def collect(lines):
         if "skipped" in d or "failed" in d:
             skipped.append(d)
             continue
+        if "@" in d["transport"]:       # a paired round: pairs()
+            continue
         key = (d["where"], d["transport"], d["size"])
         r = records.setdefault(key, {"where": d["where"], "transport": d["transport"],
                                      "via": d["via"], "size": d["size"]})
@@ -112,6 +115,66 @@ def collect(lines):
             r.update(msgs_per_s=d["msgs_per_s"], mb_per_s=d["mb_per_s"],
                      stream_msgs=d["msgs"])
     return meta, records, skipped
+
+
+# The targets of the libsd issue: round trip within 1.3x of the raw ring,
+# 8-byte throughput at least 80 % of it (the paper reached 1.2x and 85 %).
+RTT_TARGET = 1.3
+TPUT_TARGET = 0.80
+
+
+def pairs(lines):
+    """The paired rounds (labels shm@N and libsd@N): per round, libsd's round
+    trip and throughput over the ring's, and their medians."""
+    rounds = {}
+    for d in lines:
+        if "meta" in d or "test" not in d or "@" not in d.get("transport", ""):
+            continue
+        base, _, n = d["transport"].partition("@")
+        r = rounds.setdefault(int(n), {}).setdefault(base, {})
+        if d["test"] == "pingpong":
+            r["rtt_us_median"] = d["rtt_us_median"]
+        else:
+            r["msgs_per_s"] = d["msgs_per_s"]
+    rows = []
+    for n in sorted(rounds):
+        a, b = rounds[n].get("libsd", {}), rounds[n].get("shm", {})
+        if not (a.get("rtt_us_median") and b.get("rtt_us_median") and
+                a.get("msgs_per_s") and b.get("msgs_per_s")):
+            continue
+        rows.append({"round": n, "shm": b, "libsd": a,
+                     "rtt_ratio": a["rtt_us_median"] / b["rtt_us_median"],
+                     "tput_ratio": a["msgs_per_s"] / b["msgs_per_s"]})
+    if not rows:
+        return None
+    rtt = statistics.median(r["rtt_ratio"] for r in rows)
+    tput = statistics.median(r["tput_ratio"] for r in rows)
+    return {"size": 8, "rounds": rows, "rtt_ratio_median": rtt,
+            "tput_ratio_median": tput,
+            "rtt_target": RTT_TARGET, "tput_target": TPUT_TARGET,
+            "rtt_met": rtt <= RTT_TARGET, "tput_met": tput >= TPUT_TARGET}
+
+
+def targets_md(t):
+    if not t:
+        return []
+    md = ["## Targets: libsd against the raw ring, 8 B, paired rounds (guest)", "",
+          "Each round measures the shm ring and libsd one after the other; the "
+          "ratio of each round compares points taken under the same conditions, "
+          "and the verdict uses the median ratio.", ""]
+    rows = [[str(r["round"]), us(r["shm"]["rtt_us_median"]),
+             us(r["libsd"]["rtt_us_median"]), f"{r['rtt_ratio']:.2f}×",
+             si(r["shm"]["msgs_per_s"]) + "/s", si(r["libsd"]["msgs_per_s"]) + "/s",
+             f"{100 * r['tput_ratio']:.0f} %"] for r in t["rounds"]]
+    md += table(["round", "shm RTT µs", "libsd RTT µs", "RTT ratio", "shm msg/s",
+                 "libsd msg/s", "libsd / shm"], rows) + [""]
+    md += [f"Median round-trip ratio **{t['rtt_ratio_median']:.2f}×** "
+           f"(target ≤ {RTT_TARGET}×: {'met' if t['rtt_met'] else 'not met'}); "
+           f"median throughput **{100 * t['tput_ratio_median']:.0f} %** of the ring "
+           f"(target ≥ {100 * TPUT_TARGET:.0f} %: "
+           f"{'met' if t['tput_met'] else 'not met'}).  Where the time goes: "
+           "Documentation/bench.rst.", ""]
+    return md
 
 
 def size_name(n):
@@ -164,7 +227,7 @@ def where_title(where, meta):
             f"({m.get('cpu_model', '?')}), kernel {m.get('kernel', '?')}")
 
 
-def markdown(meta, records, skipped, fp, generated):
+def markdown(meta, records, skipped, fp, generated, targets=None):
     md = ["# AF_SD benchmark", "",
           f"Generated {generated} by `make bench` (bench/run, bench/report.py); "
           "see Documentation/bench.rst.", ""]
@@ -187,6 +250,7 @@ def markdown(meta, records, skipped, fp, generated):
     else:
         md += [f"libsd: fast path enabled (the probe's data hooks handled "
                f"{fp['data_calls_handled']} of {fp['data_calls_hooked']} calls).", ""]
+    md += targets_md(targets)
     md += ["Round trip: a message of the size goes to the peer process, which sends "
            "it back; median (p99 in parentheses), in microseconds.  Throughput: one "
            "process sends messages of the size for the whole time, the other reads "
@@ -309,6 +373,7 @@ def main():
     if not records:
         sys.exit("report: no measurements in the input")
     fp = fast_path(trace)
+    targets = pairs(lines)
     generated = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
     results = []
@@ -327,9 +392,10 @@ def main():
                    "TCG makes system calls dearer than on hardware); compare "
                    "against the raw shared-memory queue (transport shm)",
            "meta": meta, "libsd_fast_path": fp, "skipped": skipped,
-           "results": results}
+           "targets": targets, "results": results}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated))
+    (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated,
+                                                     targets))
     wrote = plot(records, fp, out / "results.png")
     print(f"report: wrote {out}/results.json, results.md"
           + (", results.png" if wrote else ""), file=sys.stderr)

@@ -528,7 +528,7 @@ void usage(FILE *f)
 			"\n"
 			"  --transports LIST  of shm, unix, tcp, sd (default: all four)\n"
 			"  --sizes LIST       message sizes in bytes, K and M suffixes\n"
-			"                     (default: 8,64,512,4K,64K,1M)\n"
+			"                     (default: $SD_BENCH_SIZES or 8,64,512,4K,64K,1M)\n"
 			"  --tests LIST       of pingpong, stream (default: both)\n"
 			"  --seconds S        per point (default: $SD_BENCH_SECONDS or 1.5)\n"
 			"  --where NAME       label of the machine: guest or host (default: host)\n"
@@ -584,6 +584,11 @@ int main(int argc, char **argv)
 	Options o;
 	if (const char *s = std::getenv("SD_BENCH_SECONDS"); s && *s)
 		o.seconds = std::atof(s);
+	if (const char *s = std::getenv("SD_BENCH_SIZES"); s && *s) {
+		o.sizes.clear();
+		for (const auto &z : split(s))
+			o.sizes.push_back(parse_size(z));
+	}
 
 	for (int i = 1; i < argc; i++) {
 		const std::string a = argv[i];

@@ -190,37 +190,18 @@ int advance(const iovec *iov, int n, size_t done, iovec *scratch)
 
 constexpr int MAX_IOV = 64;
 
-bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+// The rest of a send that the first write did not finish: more writes,
+// spinning for room, then the kernel.  Out of line, so that the common
+// case (everything fits at once) keeps a small frame.  Returns the last
+// write's result; done and kernel_done say what happened.
+[[gnu::noinline]] ssize_t send_rest(int fd, Side &s, const iovec *iov, int iovcnt, int flags,
+				    bool nonblock, size_t want, size_t &done, bool &kernel_done)
 {
-	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
-		return false;
-	const size_t want = total(iov, iovcnt);
-	Conn *c = want ? get(fd) : nullptr;
-	if (!c)
-		return false;
-	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
-	Side &s = c->tx;
-
-	const bool locked = lock_side(s);
-	if (!begin(c, s, true)) {
-		unlock_side(s, locked);
-		return false;
-	}
-	// The connection ended or was reset, or this end shut down writing:
-	// the kernel's path reports exactly what TCP would.
-	if ((__atomic_load_n(s.prod_flags, __ATOMIC_ACQUIRE) & (SD_RING_FIN | SD_RING_RESET)) ||
-	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
-		end(s);
-		unlock_side(s, locked);
-		return false;
-	}
 	sd::Producer &p = s.producer();
 	iovec rest[MAX_IOV];
-	size_t done = 0;
 	ssize_t n = 0;
 	Backoff backoff;
 	int rearm = 0;
-	bool kernel_done = false;
 
 	while (done < want) {
 		int k = advance(iov, iovcnt, done, rest);
@@ -266,6 +247,55 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			n = -1;		/* errno is the kernel's */
 		break;
 	}
+	return n;
+}
+
+bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+{
+	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
+		return false;
+	const size_t want = total(iov, iovcnt);
+	Conn *c = lookup(fd);
+	if (!c) [[unlikely]] {
+		c = want ? get(fd) : nullptr;
+		if (!c)
+			return false;
+	}
+	if (!want)
+		return false;
+	Side &s = c->tx;
+
+	const bool locked = lock_side(s);
+	if (!begin(c, s, true)) {
+		unlock_side(s, locked);
+		return false;
+	}
+	// The connection ended or was reset, or this end shut down writing:
+	// the kernel's path reports exactly what TCP would.
+	if ((__atomic_load_n(s.prod_flags, __ATOMIC_ACQUIRE) & (SD_RING_FIN | SD_RING_RESET)) ||
+	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
+		end(s);
+		unlock_side(s, locked);
+		return false;
+	}
+	sd::Producer &p = s.producer();
+	size_t done = 0;
+	bool kernel_done = false;
+	ssize_t n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
+
+	__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
+	if (n > 0) {
+		done = static_cast<size_t>(n);
+		if (p.take_wake()) {
+			std::uint32_t dir = SD_TOKEN_TX;
+			real::ioctl()(fd, SD_IOC_WAKE, &dir);
+		}
+	}
+	if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]] {
+		const bool nonblock = (flags & MSG_DONTWAIT) ||
+				      c->nonblock.load(std::memory_order_relaxed);
+		n = send_rest(fd, s, iov, iovcnt, flags, nonblock, want, done, kernel_done);
+	}
 	end(s);
 	unlock_side(s, locked);
 
@@ -290,8 +320,10 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if ((flags & ~MSG_DONTWAIT) || iovcnt < 1 || iovcnt > MAX_IOV)
 		return false;
 	const size_t want = total(iov, iovcnt);
-	Conn *c = want ? get(fd) : nullptr;
-	if (!c || c->rd_shut.load(std::memory_order_relaxed))
+	Conn *c = lookup(fd);
+	if (!c) [[unlikely]]
+		c = want ? get(fd) : nullptr;
+	if (!c || !want || c->rd_shut.load(std::memory_order_relaxed))
 		return false;
 	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
 	Side &s = c->rx;
