@@ -1032,7 +1032,7 @@ void sd_conn_peer_gone(struct sock *sk)
  */
 void sd_conn_corrupt(struct sock *sk)
 {
-	net_warn_ratelimited("af_sd: corrupt ring, connection reset (pid %d)\n",
+	net_warn_ratelimited("corrupt ring, connection reset (pid %d)\n",
 			     task_pid_nr(current));
 	sd_stat_inc(sock_net(sk), SD_STAT_CORRUPT);
 	spin_lock(&sd_sk(sk)->conn->lock);

@@ -264,6 +264,12 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 	u32 off = pos & (ring->size - 1);
 	u64 word;
 
+	/*
+	 * pos may be a position a libsd owner published (sd_ring_view):
+	 * unaligned, the header would reach past the end of the data area.
+	 */
+	if (off % SD_REC_ALIGN)
+		return -EPROTO;
 	/* Rule 1: acquire the header, then the payload may be read. */
 	word = smp_load_acquire((u64 *)(ring->data + off));
 	if (!word)

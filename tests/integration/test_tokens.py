@@ -229,6 +229,33 @@ def test_a_lying_owner_resets_only_its_connection(lie, no_leak):
         x.close()
 
 
+@pytest.mark.parametrize("lie", ["end of the ring", "unaligned", "far ahead"])
+def test_views_of_a_lying_consumer_position(lie, no_leak):
+    """poll, FIONREAD and close look at the position a libsd consumer
+    published without taking the side back; a lie there (found by
+    sd_fuzz: a header read past the end of the data area) must be
+    harmless."""
+    import select
+    c, s, lst = SD.pair()
+    c.send(b"data")
+    own = Owner(s, RX)
+    size = own.o["size"]
+    bad = {"end of the ring": own.pos + size - 1, "unaligned": own.pos + 5,
+           "far ahead": own.pos + (1 << 40) + 4}[lie]
+    own.u64("cons_pos", bad)
+    select.select([s], [s], [s], 0)
+    struct.unpack("i", fcntl.ioctl(s, 0x541B, b"\0" * 4))
+    own.m.close()
+    s.close()               # close looks for unread data
+    for x in (c, lst):
+        x.close()
+    other_c, other_s, other_l = SD.pair()
+    other_c.send(b"ok")
+    assert other_s.recv(10) == b"ok"
+    for x in (other_c, other_s, other_l):
+        x.close()
+
+
 def test_a_tail_lying_forward_loses_only_the_liars_bytes(no_leak):
     c, s, lst = SD.pair()
     own = Owner(c, TX)
