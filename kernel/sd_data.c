@@ -59,13 +59,16 @@ static int sd_call_lock(struct mutex *m, bool nonblock)
  * in the uapi header).  An owner that is mid-call may need these very
  * locks to finish in the kernel, so wait for it with both let go, then
  * start over.  Returns 0 with both held, or an error with neither:
- * -EAGAIN (non-blocking), -ERESTARTSYS, or -ECONNRESET after resetting a
- * connection the owner left corrupt.
+ * -EAGAIN (non-blocking, or the wait for the owner outlasted the
+ * direction's SO_SNDTIMEO or SO_RCVTIMEO), -ERESTARTSYS, or -ECONNRESET
+ * after resetting a connection the owner left corrupt.
  */
 static int sd_lock_call(struct sock *sk, bool prod, bool nonblock)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct mutex *m = prod ? &ss->send_mutex : &ss->recv_mutex;
+	long timeo = prod ? sock_sndtimeo(sk, nonblock) :
+			    sock_rcvtimeo(sk, nonblock);
 	struct sd_ring *ring;
 	struct pid *owner;
 	int err;
@@ -101,7 +104,14 @@ static int sd_lock_call(struct sock *sk, bool prod, bool nonblock)
 				put_pid(owner);
 				return -ERESTARTSYS;
 			}
+			/* An owner whose busy count lies must not hold us. */
+			if (!timeo) {
+				put_pid(owner);
+				return -EAGAIN;
+			}
 			schedule_timeout_interruptible(1);
+			if (timeo != MAX_SCHEDULE_TIMEOUT)
+				timeo--;
 		}
 		put_pid(owner);
 		if (nonblock)

@@ -192,6 +192,38 @@ def test_busy_owner_is_waited_for(no_leak):
         x.close()
 
 
+def test_wait_for_a_lying_busy_owner_keeps_the_timeout(no_leak):
+    """An owner that stays alive with its busy count up (a lie, or a stale
+    count) holds the side; a sharer's send with SO_SNDTIMEO gets EAGAIN
+    when the timeout is up, as any blocked send would, instead of
+    waiting for the owner to exit."""
+    c, s, lst = SD.pair()
+    r, w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        own = Owner(c, TX)
+        own.u32("prod_busy", 1)
+        os.write(w, b"x")
+        os.read(done_r, 1)
+        own.u32("prod_busy", 0)
+        os._exit(0)
+    os.read(r, 1)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 0, 200000))
+    t0 = time.monotonic()
+    with pytest.raises(BlockingIOError):
+        c.send(b"late")
+    took = time.monotonic() - t0
+    assert 0.15 <= took < 5, took
+    os.write(done_w, b"x")
+    os.waitpid(pid, 0)
+    assert c.send(b"now") == 3          # the owner is gone
+    assert s.recv(10) == b"now"
+    for x in (c, s, lst):
+        x.close()
+
+
 def test_dead_busy_owner_does_not_hang_the_kernel(no_leak):
     c, s, lst = SD.pair()
     pid = os.fork()
