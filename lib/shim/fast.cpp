@@ -575,12 +575,16 @@ bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept
 	return false;
 }
 
+// FIONBIO: the kernel reads the flag first, so that a bad pointer gets its
+// EFAULT, and only a pointer it could read is read here.
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept
 {
-	if (request == FIONBIO && arg && fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS)
-		if (Conn *c = conns[fd].load(std::memory_order_acquire))
-			c->nonblock.store(*static_cast<int *>(arg) != 0,
-					  std::memory_order_relaxed);
-	(void)result;
-	return false;
+	Conn *c = request == FIONBIO ? lookup(fd) : nullptr;
+
+	if (!c)
+		return false;
+	*result = real::ioctl()(fd, request, arg);
+	if (*result == 0)
+		c->nonblock.store(*static_cast<int *>(arg) != 0, std::memory_order_relaxed);
+	return true;
 }
