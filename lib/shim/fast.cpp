@@ -43,7 +43,6 @@ template <typename T> T *at(void *map, std::uint64_t off)
 
 void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
 {
-	pthread_mutex_init(&s.lock, nullptr);
 	s.tok = sd::TokenSide(at<std::uint32_t>(map, prod ? o.prod_token : o.cons_token),
 			      at<std::uint32_t>(map, prod ? o.prod_busy : o.cons_busy));
 	s.prod_flags = at<std::uint32_t>(map, o.prod_flags);
@@ -54,11 +53,81 @@ void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
 	s.size = o.size;
 }
 
-void drop(Conn *c)
+// Connection state is never freed, only unmapped and kept for reuse: a
+// thread that loaded a Conn just before another thread closed its fd may
+// still lock it (type-stable memory), then finds conns[fd] changed and
+// leaves it alone (Conn::still()).
+pthread_mutex_t spare_lock = PTHREAD_MUTEX_INITIALIZER;
+Conn *spare;
+
+Conn *new_conn()
 {
+	pthread_mutex_lock(&spare_lock);
+	Conn *c = spare;
+	if (c)
+		spare = c->next_spare;
+	pthread_mutex_unlock(&spare_lock);
+	if (c)
+		return c;
+	c = static_cast<Conn *>(calloc(1, sizeof(Conn)));
+	if (c) {
+		pthread_mutex_init(&c->tx.lock, nullptr);
+		pthread_mutex_init(&c->rx.lock, nullptr);
+	}
+	return c;
+}
+
+void keep_spare(Conn *c)
+{
+	pthread_mutex_lock(&spare_lock);
+	c->next_spare = spare;
+	spare = c;
+	pthread_mutex_unlock(&spare_lock);
+}
+
+// Unmap c if no call is inside it (a call holds a side lock while it uses
+// the rings).  Never waits: a send may sleep in the kernel with the lock.
+bool try_unmap(Conn *c)
+{
+	if (pthread_mutex_trylock(&c->tx.lock))
+		return false;
+	if (pthread_mutex_trylock(&c->rx.lock)) {
+		pthread_mutex_unlock(&c->tx.lock);
+		return false;
+	}
 	munmap(c->tx_map, c->off.tx.mmap_len);
 	munmap(c->rx_map, c->off.rx.mmap_len);
-	free(c);
+	c->tx_map = c->rx_map = nullptr;
+	pthread_mutex_unlock(&c->rx.lock);
+	pthread_mutex_unlock(&c->tx.lock);
+	return true;
+}
+
+// Closed while a call was inside: unmapped later, when the call is out.
+Conn *zombies;
+
+// Unmap a Conn no longer in conns[] and keep it for reuse, now or (a call
+// of another thread still inside it) at a later drop.
+void drop(Conn *c)
+{
+	pthread_mutex_lock(&spare_lock);
+	c->next_spare = zombies;
+	zombies = c;
+	Conn *all = zombies;
+	zombies = nullptr;
+	pthread_mutex_unlock(&spare_lock);
+	while (all) {
+		Conn *next = all->next_spare;
+		if (try_unmap(all)) {
+			keep_spare(all);
+		} else {
+			pthread_mutex_lock(&spare_lock);
+			all->next_spare = zombies;
+			zombies = all;
+			pthread_mutex_unlock(&spare_lock);
+		}
+		all = next;
+	}
 }
 
 } // namespace
@@ -85,12 +154,16 @@ Conn *get(int fd)
 		munmap(tx, off.tx.mmap_len);
 		return nullptr;
 	}
-	c = static_cast<Conn *>(calloc(1, sizeof(Conn)));
+	c = new_conn();
 	if (!c) {
 		munmap(tx, off.tx.mmap_len);
 		munmap(rx, off.rx.mmap_len);
 		return nullptr;
 	}
+	// A reused Conn may still be locked for a moment by a thread that
+	// is about to find it is not its own any more.
+	pthread_mutex_lock(&c->tx.lock);
+	pthread_mutex_lock(&c->rx.lock);
 	c->fd = fd;
 	c->tx_map = tx;
 	c->rx_map = rx;
@@ -98,8 +171,12 @@ Conn *get(int fd)
 	int fl = real::fcntl()(fd, F_GETFL);
 	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
 	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
+	c->rd_shut.store(false, std::memory_order_relaxed);
+	c->wr_shut.store(false, std::memory_order_relaxed);
 	init_side(c->tx, tx, off.tx, true);
 	init_side(c->rx, rx, off.rx, false);
+	pthread_mutex_unlock(&c->rx.lock);
+	pthread_mutex_unlock(&c->tx.lock);
 
 	Conn *none = nullptr;
 	if (!conns[fd].compare_exchange_strong(none, c, std::memory_order_acq_rel)) {
@@ -266,7 +343,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	Side &s = c->tx;
 
 	const bool locked = lock_side(s);
-	if (!begin(c, s, true)) {
+	if (!c->still(fd) || !begin(c, s, true)) {
 		unlock_side(s, locked);
 		return false;
 	}
@@ -329,7 +406,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	Side &s = c->rx;
 
 	const bool locked = lock_side(s);
-	if (!begin(c, s, false)) {
+	if (!c->still(fd) || !begin(c, s, false)) {
 		unlock_side(s, locked);
 		return false;
 	}
@@ -409,6 +486,13 @@ void after_fork_child()
 		c->tx.tok.lost();
 		c->rx.tok.lost();
 	}
+	// The spares' locks too: a thread of the parent may have held one.
+	pthread_mutex_init(&spare_lock, nullptr);
+	for (Conn *list : {spare, zombies})
+		for (Conn *c = list; c; c = c->next_spare) {
+			pthread_mutex_init(&c->tx.lock, nullptr);
+			pthread_mutex_init(&c->rx.lock, nullptr);
+		}
 	epoll_forget_all();
 }
 
@@ -567,9 +651,13 @@ bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept
 	if (Conn *c = get(fd)) {
 		c->nonblock.store(fl & O_NONBLOCK, std::memory_order_relaxed);
 		c->async.store(fl & O_ASYNC, std::memory_order_relaxed);
-		if (fl & O_ASYNC)
-			__atomic_fetch_or(c->rx.cons_flags, SD_RING_READER_WAIT,
-					  __ATOMIC_SEQ_CST);
+		if (fl & O_ASYNC) {
+			pthread_mutex_lock(&c->rx.lock);
+			if (c->still(fd))
+				__atomic_fetch_or(c->rx.cons_flags, SD_RING_READER_WAIT,
+						  __ATOMIC_SEQ_CST);
+			pthread_mutex_unlock(&c->rx.lock);
+		}
 	}
 	(void)result;
 	return false;

@@ -57,9 +57,19 @@ struct Conn {
 	std::atomic<bool> wr_shut;
 	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
 	Side tx, rx;
+	Conn *next_spare;		// kept for reuse, never freed (fast.cpp)
+
+	// Whether this is still fd's state: checked under a side lock, which
+	// keeps the rings mapped (a close waits for the locks to unmap).
+	bool still(int as) const;
 };
 
 extern std::atomic<Conn *> conns[MAX_CONNS];
+
+inline bool Conn::still(int as) const
+{
+	return conns[as].load(std::memory_order_acquire) == this;
+}
 
 // The fast-path state of fd if it has some already (no system call).
 inline Conn *lookup(int fd)

@@ -74,52 +74,62 @@ int ring_events(int fd, unsigned want)
 	if (!c || c->rd_shut.load(std::memory_order_relaxed) ||
 	    c->wr_shut.load(std::memory_order_relaxed))
 		return -1;
+	// The receive side's lock first: while it is held the rings stay
+	// mapped (a close of fd unmaps them only when no call is inside).  A
+	// thread of ours busy on the side: let the kernel say.
+	Side &rs = c->rx;
+	if (pthread_mutex_trylock(&rs.lock))
+		return -1;
+	int got = -1;
 	// The end of either stream, a reset, an error: HUP, RDHUP, ERR are
 	// the kernel's to report.
 	constexpr std::uint32_t prod_end = SD_RING_FIN | SD_RING_RESET;
 	constexpr std::uint32_t cons_end = SD_RING_CLOSED | SD_RING_RESET;
-	if ((flags_of(c->rx.prod_flags) & prod_end) || (flags_of(c->rx.cons_flags) & cons_end) ||
-	    (flags_of(c->tx.prod_flags) & prod_end) || (flags_of(c->tx.cons_flags) & cons_end))
-		return -1;
+	if (!c->still(fd) || (flags_of(c->rx.prod_flags) & prod_end) ||
+	    (flags_of(c->rx.cons_flags) & cons_end) || (flags_of(c->tx.prod_flags) & prod_end) ||
+	    (flags_of(c->tx.cons_flags) & cons_end))
+		goto out;
 
-	int got = 0;
+	got = 0;
 	if (want & EV_IN) {
-		Side &s = c->rx;
-		// A thread of ours busy on this side: let the kernel say.
-		if (pthread_mutex_trylock(&s.lock))
-			return -1;
 		ssize_t n = -1;
 		// The consumer's state is ours only while the token is; what
 		// it reads is then rechecked (the kernel may take the side
 		// back meanwhile, and its answer would be a guess).
-		if (s.ours()) {
-			n = s.consumer().readable();
-			if (!s.ours())
+		if (rs.ours()) {
+			n = rs.consumer().readable();
+			if (!rs.ours())
 				n = -1;
 		}
-		pthread_mutex_unlock(&s.lock);
-		if (n < 0)
-			return -1;
+		if (n < 0) {
+			got = -1;
+			goto out;
+		}
 		if (n > 0)
 			got |= EV_IN;
 	}
 	if (want & EV_OUT) {
-		Side &s = c->tx;
-		if (pthread_mutex_trylock(&s.lock))
-			return -1;
+		Side &ts = c->tx;
 		std::int64_t room = -1;
-		if (s.ours()) {
-			const std::uint64_t credit = __atomic_load_n(s.credit, __ATOMIC_ACQUIRE);
-			const std::uint64_t used = s.producer().tail() - credit;
-			if (used <= s.size && s.ours())
-				room = static_cast<std::int64_t>(s.size - used);
+
+		if (pthread_mutex_trylock(&ts.lock)) {
+			got = -1;
+			goto out;
 		}
-		pthread_mutex_unlock(&s.lock);
+		if (ts.ours()) {
+			const std::uint64_t credit = __atomic_load_n(ts.credit, __ATOMIC_ACQUIRE);
+			const std::uint64_t used = ts.producer().tail() - credit;
+			if (used <= ts.size && ts.ours())
+				room = static_cast<std::int64_t>(ts.size - used);
+		}
+		pthread_mutex_unlock(&ts.lock);
 		if (room < 0)
-			return -1;
-		if (static_cast<std::uint64_t>(room) >= std::max(s.size / 4, TX_MIN_SPACE))
+			got = -1;
+		else if (static_cast<std::uint64_t>(room) >= std::max(ts.size / 4, TX_MIN_SPACE))
 			got |= EV_OUT;
 	}
+out:
+	pthread_mutex_unlock(&rs.lock);
 	return got;
 }
 

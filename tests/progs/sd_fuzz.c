@@ -466,14 +466,25 @@ int main(int argc, char **argv)
 		_exit(0);
 	/* The first process: collect the others, killing stragglers. */
 	alarm(10);
+	int bad = 0;
 	for (int k = 0; k < nkids; k++) {
 		int status;
 
-		if (waitpid(kids[k], &status, 0) < 0 && errno == EINTR) {
-			fprintf(stderr, "sd_fuzz: a process did not finish in time\n");
-			kill(0, SIGKILL);
+		if (waitpid(kids[k], &status, 0) < 0) {
+			if (errno == EINTR) {
+				fprintf(stderr, "sd_fuzz: a process did not finish in time\n");
+				kill(0, SIGKILL);
+			}
+			continue;
+		}
+		if (WIFSIGNALED(status)) {
+			fprintf(stderr, "sd_fuzz: process %d died of signal %d\n", (int)kids[k],
+				WTERMSIG(status));
+			bad = 1;
 		}
 	}
+	if (bad)
+		return 1;
 	printf("sd_fuzz: %lu calls in the first process\n", calls_made);
 	return 0;
 }
