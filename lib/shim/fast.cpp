@@ -267,6 +267,27 @@ int advance(const iovec *iov, int n, size_t done, iovec *scratch)
 
 constexpr int MAX_IOV = 64;
 
+// Wake the peer that flagged it sleeps (dir: the side we just moved).
+void wake_peer(int fd, std::uint32_t dir)
+{
+	real::ioctl()(fd, SD_IOC_WAKE, &dir);
+}
+
+// A non-blocking call found nothing to do, and its caller may now sleep in
+// the kernel (epoll, edge-triggered too): arm the ring so that the other
+// side wakes it, and say whether to look once more (rules 3 and 4 of
+// <linux/sd.h>).  An error goes to n.
+template <typename End> bool arm_and_retry(End &e, int &tries, ssize_t &n)
+{
+	const int w = e.prepare_wait();
+
+	if (w == 0 && tries++ < 2)
+		return true;
+	if (w < 0)
+		n = w;
+	return false;
+}
+
 // The rest of a send that the first write did not finish: more writes,
 // spinning for room, then the kernel.  Out of line, so that the common
 // case (everything fits at once) keeps a small frame.  Returns the last
@@ -288,23 +309,15 @@ constexpr int MAX_IOV = 64;
 		__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
 		if (n > 0) {
 			done += static_cast<size_t>(n);
-			if (p.take_wake()) {
-				std::uint32_t dir = SD_TOKEN_TX;
-				real::ioctl()(fd, SD_IOC_WAKE, &dir);
-			}
+			if (p.take_wake())
+				wake_peer(fd, SD_TOKEN_TX);
 			continue;
 		}
 		if (n != -EAGAIN)
 			break;
 		if (nonblock) {
-			// The caller may now sleep in the kernel (epoll,
-			// edge-triggered too) until there is room: ask the
-			// reader for credit, and look once more (rule 4).
-			const int w = p.prepare_wait();
-			if (w == 0 && rearm++ < 2)
+			if (arm_and_retry(p, rearm, n))
 				continue;
-			if (w < 0)
-				n = w;
 			break;
 		}
 		if (backoff.again())
@@ -363,10 +376,8 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
 	if (n > 0) {
 		done = static_cast<size_t>(n);
-		if (p.take_wake()) {
-			std::uint32_t dir = SD_TOKEN_TX;
-			real::ioctl()(fd, SD_IOC_WAKE, &dir);
-		}
+		if (p.take_wake())
+			wake_peer(fd, SD_TOKEN_TX);
 	}
 	if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]] {
 		const bool nonblock = (flags & MSG_DONTWAIT) ||
@@ -420,33 +431,23 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		if (n > 0) {
 			__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
 			__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
-			if (q.take_wake()) {
-				std::uint32_t dir = SD_TOKEN_RX;
-				real::ioctl()(fd, SD_IOC_WAKE, &dir);
-			}
+			if (q.take_wake())
+				wake_peer(fd, SD_TOKEN_RX);
 			break;
 		}
 		if (n != -EAGAIN)
 			break;
 		if (nonblock) {
-			// The caller may now sleep in the kernel (epoll,
-			// edge-triggered too) until data comes: ask the writer
-			// to wake it, and look once more (rule 3).
-			const int w = q.prepare_wait();
-			if (w == 0 && rearm++ < 2)
+			if (arm_and_retry(q, rearm, n))
 				continue;
-			if (w < 0)
-				n = w;
 			break;
 		}
 		if (!backoff.again())
 			break;
 	}
 	// Credit published while looking: the writer may wait for it.
-	if (n <= 0 && q.take_wake()) {
-		std::uint32_t dir = SD_TOKEN_RX;
-		real::ioctl()(fd, SD_IOC_WAKE, &dir);
-	}
+	if (n <= 0 && q.take_wake())
+		wake_peer(fd, SD_TOKEN_RX);
 	// O_ASYNC wants SIGIO for every arrival, which only the kernel's
 	// wake-up raises: keep asking writers for it (rule 3).
 	if (c->async.load(std::memory_order_relaxed))

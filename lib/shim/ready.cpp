@@ -596,28 +596,27 @@ bool sd_hook_pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, const struct 
 	return ready_select(nfds, rd, wr, ex, wait_ts(timeout), result);
 }
 
-bool sd_hook_epoll_create(int size, int *result) noexcept
+// A new epoll fd r (or an error): enter it and start following it.
+static bool epoll_created(int r, int *result)
 {
-	*result = real::epoll_create()(size);
-	if (*result >= 0) {
+	*result = r;
+	if (r >= 0) {
 		const int saved = errno;
-		fds.set(*result, FD_OTHER);
-		ep_created(*result);
+		fds.set(r, FD_OTHER);
+		ep_created(r);
 		errno = saved;
 	}
 	return true;
 }
 
+bool sd_hook_epoll_create(int size, int *result) noexcept
+{
+	return epoll_created(real::epoll_create()(size), result);
+}
+
 bool sd_hook_epoll_create1(int flags, int *result) noexcept
 {
-	*result = real::epoll_create1()(flags);
-	if (*result >= 0) {
-		const int saved = errno;
-		fds.set(*result, FD_OTHER);
-		ep_created(*result);
-		errno = saved;
-	}
-	return true;
+	return epoll_created(real::epoll_create1()(flags), result);
 }
 
 bool sd_hook_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, int *result) noexcept

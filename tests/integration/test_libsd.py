@@ -30,23 +30,29 @@ def test_shared_socket_never_tears_a_send(mode, sdrun, no_leak):
     assert int(run("shared", mode, 4, 150, sdrun=sdrun)) > 4 * 150 * 16
 
 
-def syscalls(n):
-    trace = os.path.join("/tmp", f"strace-{n}.txt")
+def strace_count(args, names, env=None):
+    """Run args under sdrun and strace -f -c; the calls of the names."""
+    trace = os.path.join("/tmp", "strace-" + "-".join(map(str, args)) + ".txt")
     out = subprocess.run(["strace", "-f", "-c", "-o", trace, SDRUN,
-                          sys.executable, PEER, "sender", str(n)],
-                         capture_output=True, text=True, timeout=600)
+                          sys.executable, PEER, *map(str, args)],
+                         capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr
     text = open(trace).read()
-    # Only the calls a data path would make.
     count = 0
     for line in text.splitlines():
         m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$",
                      line)
-        if m and m.group(2) in ("sendto", "recvfrom", "write", "read",
-                                "sendmsg", "recvmsg", "ioctl", "poll",
-                                "ppoll", "sched_yield", "futex"):
+        if m and m.group(2) in names:
             count += int(m.group(1))
     return count, text
+
+
+def syscalls(n):
+    # Only the calls a data path would make.
+    return strace_count(("sender", n),
+                        ("sendto", "recvfrom", "write", "read", "sendmsg",
+                         "recvmsg", "ioctl", "poll", "ppoll", "sched_yield",
+                         "futex"))
 
 
 WAITS = ("poll", "ppoll", "select", "pselect6", "epoll_wait", "epoll_pwait")
@@ -56,25 +62,12 @@ def wait_syscalls(how, n):
     """Readiness and data system calls of an n-round-trip ping-pong
     that waits with how; libsd spins long enough (SD_SPIN_US) that no
     wait has to sleep in the kernel, so every one can be answered from
-    the rings."""
-    trace = os.path.join("/tmp", f"strace-{how}-{n}.txt")
-    env = dict(os.environ, SD_SPIN_US="200000")
-    out = subprocess.run(["strace", "-f", "-c", "-o", trace, SDRUN,
-                          sys.executable, PEER, "pingpong", how, str(n)],
-                         capture_output=True, text=True, timeout=600, env=env)
-    assert out.returncode == 0, out.stderr
-    text = open(trace).read()
-    count = 0
-    for line in text.splitlines():
-        m = re.match(r"\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$",
-                     line)
-        # Not ioctl: a reader that once slept in the kernel's poll
-        # leaves READER_WAIT set, and the writer then wakes it with one
-        # ioctl per send (Documentation/libsd.rst, "Readiness").
-        if m and m.group(2) in WAITS + ("sendto", "recvfrom",
-                                        "sched_yield", "futex"):
-            count += int(m.group(1))
-    return count, text
+    the rings.  Not ioctl: a reader that once slept in the kernel's poll
+    leaves READER_WAIT set, and the writer then wakes it with one ioctl
+    per send (Documentation/libsd.rst, "Readiness")."""
+    return strace_count(("pingpong", how, n),
+                        WAITS + ("sendto", "recvfrom", "sched_yield", "futex"),
+                        env=dict(os.environ, SD_SPIN_US="200000"))
 
 
 @pytest.mark.parametrize("how", ["poll", "select", "epoll"])
