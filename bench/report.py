@@ -68,6 +68,64 @@ def read_inputs(paths):
     return lines, trace
 
 
+def read_apps(paths):
+    """bench/apps' records (apps.json in an input folder)."""
+    apps = []
+    for p in map(pathlib.Path, paths):
+        f = p / "apps.json" if p.is_dir() else None
+        if f and f.exists():
+            apps += [json.loads(line) for line in f.read_text().splitlines()
+                     if line.strip()]
+    return apps
+
+
+# The figure that matters per row of bench/apps, and whether more is better.
+APP_METRICS = (("requests_per_s", True), ("msgs_per_s", True),
+               ("latency_us", False))
+
+
+def apps_table(apps):
+    """Per program and test: the plain TCP figure, the sdrun figure and
+    sdrun's ratio to TCP (above 1 is better, whichever the metric)."""
+    rows, failed = [], [a for a in apps if "failed" in a]
+    by = {}
+    for a in apps:
+        if "failed" not in a:
+            by.setdefault((a["app"], a["test"]), {})[a["mode"]] = a
+    for (app, test), modes in by.items():
+        tcp, sd = modes.get("tcp"), modes.get("sdrun")
+        for key, higher in APP_METRICS:
+            if tcp and sd and key in tcp and key in sd:
+                ratio = sd[key] / tcp[key] if higher else tcp[key] / sd[key]
+                row = {"app": app, "test": test, "metric": key,
+                       "tcp": tcp[key], "sdrun": sd[key],
+                       "speedup": round(ratio, 2)}
+                if "latency_ms_p50" in tcp and "latency_ms_p50" in sd:
+                    row["p50_ms_tcp"] = tcp["latency_ms_p50"]
+                    row["p50_ms_sdrun"] = sd["latency_ms_p50"]
+                rows.append(row)
+    return rows, failed
+
+
+def apps_md(rows, failed):
+    md = ["## Unmodified programs (guest)", "",
+          "Both ends plain (TCP over loopback) and both ends under `sdrun` with "
+          "`net.sd.redirect=1` (bench/apps).  Speedup is sdrun over TCP: for a "
+          "rate sdrun/TCP, for a latency TCP/sdrun.  Guest figures: TCG makes "
+          "TCP's system calls dearer than on hardware.", ""]
+    if rows:
+        md += ["| program | test | metric | TCP | sdrun | speedup | p50 TCP | p50 sdrun |",
+               "|---|---|---|---:|---:|---:|---:|---:|"]
+        for r in rows:
+            p50 = (f"{r['p50_ms_tcp']:.3f} ms | {r['p50_ms_sdrun']:.3f} ms"
+                   if "p50_ms_tcp" in r else "- | -")
+            md.append(f"| {r['app']} | {r['test']} | {r['metric']} | "
+                      f"{r['tcp']:.1f} | {r['sdrun']:.1f} | {r['speedup']:.2f}x | {p50} |")
+    for f in failed:
+        md.append(f"- {f['app']} ({f['mode']}): failed: {f['failed']}")
+    return md + [""]
+
+
 def fast_path(trace_files):
     """What the libsd probe's trace says: data calls seen and handled."""
     if not trace_files:
@@ -374,6 +432,7 @@ def main():
         sys.exit("report: no measurements in the input")
     fp = fast_path(trace)
     targets = pairs(lines)
+    app_rows, app_failed = apps_table(read_apps(args.inputs))
     generated = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
     results = []
@@ -392,10 +451,12 @@ def main():
                    "TCG makes system calls dearer than on hardware); compare "
                    "against the raw shared-memory queue (transport shm)",
            "meta": meta, "libsd_fast_path": fp, "skipped": skipped,
-           "targets": targets, "results": results}
+           "targets": targets, "results": results,
+           "apps": {"rows": app_rows, "failed": app_failed}}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated,
-                                                     targets))
+                                                     targets) +
+                                    "\n".join(apps_md(app_rows, app_failed)) + "\n")
     wrote = plot(records, fp, out / "results.png")
     print(f"report: wrote {out}/results.json, results.md"
           + (", results.png" if wrote else ""), file=sys.stderr)

@@ -123,6 +123,7 @@ struct sd_sock {
 	bool			bound;		/* has a local port */
 	bool			nodelay;	/* TCP_NODELAY, stored only */
 	bool			connecting;	/* non-blocking connect reported */
+	bool			v6only;		/* bound :: takes no IPv4 */
 	u8			side;		/* index in conn->end[] */
 
 	struct sd_addr		local;
@@ -155,6 +156,25 @@ struct sd_sock {
 	/* One sender and one receiver at a time, for whole calls. */
 	struct mutex		send_mutex;	/* whole sendmsg calls */
 	struct mutex		recv_mutex;	/* whole recvmsg calls */
+
+	/*
+	 * Redirected sockets (sd_tcp.c): the family this one stands in for
+	 * (0: a native AF_SD socket), and the internal TCP socket, created
+	 * when first needed, written under the socket lock and released
+	 * with the socket.  Once use_tcp is set (never cleared; store-
+	 * release after tcp), tcp carries this socket's traffic and its
+	 * file points at tcp: every call the socket still gets goes there.
+	 */
+	sa_family_t		redirected;
+	bool			use_tcp;
+	u8			fallback;	/* SD_FALLBACK_*, with use_tcp */
+	bool			tcp_hooked;	/* tcp's callbacks forward */
+	struct socket		*tcp;
+	/* tcp's own callbacks, while tcp_hooked (sk_callback_lock). */
+	void			(*tcp_data_ready)(struct sock *tsk);
+	void			(*tcp_write_space)(struct sock *tsk);
+	void			(*tcp_state_change)(struct sock *tsk);
+	void			(*tcp_error_report)(struct sock *tsk);
 };
 
 static inline struct sd_sock *sd_sk(const struct sock *sk)
@@ -200,6 +220,7 @@ struct sd_group {
 	struct hlist_node	node;		/* sd_net.listen_table */
 	struct sd_addr		addr;
 	bool			reuseport;
+	bool			v6only;		/* its :: takes no IPv4 */
 	kuid_t			uid;		/* owner, for SO_REUSEPORT */
 	unsigned int		nr_members;
 	unsigned int		next;		/* round-robin cursor */
@@ -329,7 +350,32 @@ int sd_mmap(struct file *file, struct socket *sock,
 int sd_shutdown(struct socket *sock, int how);
 bool sd_rx_unread(struct sd_sock *ss);
 
+/* sd_tcp.c: the internal TCP socket of redirected sockets */
+int sd_tcp_get(struct sock *sk, struct socket **tcp);
+struct socket *sd_tcp_sock(const struct sock *sk);
+void sd_tcp_sync(struct sock *sk);
+int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
+		__be16 *port);
+int sd_tcp_listen(struct sock *sk, int backlog);
+void sd_tcp_listen_stop(struct sock *sk);
+bool sd_tcp_accept_ready(const struct sock *sk);
+int sd_tcp_accept(struct sock *sk, struct socket **newtcp);
+void sd_tcp_adopt(struct sock *child, struct socket *newtcp,
+		  const struct sock *lsk);
+void sd_tcp_graft(struct sock *child, struct socket *newsock);
+int sd_tcp_switch(struct sock *sk, u8 reason);
+struct socket *sd_tcp_detach(struct sock *sk);
+void sd_tcp_release(struct socket *sock, struct socket *tcp);
+int sd_tcp_info(struct sock *sk, char __user *optval, int __user *optlen);
+int sd_tcp_setsockopt(struct sock *sk, int level, int optname,
+		      sockptr_t optval, unsigned int optlen);
+int sd_tcp_getsockopt(struct sock *sk, int level, int optname,
+		      char __user *optval, int __user *optlen);
+
 /* sd_policy.c */
+int sd_policy_verdict(struct net *net, unsigned int dir, kuid_t uid,
+		      kgid_t gid, const struct sd_addr *local,
+		      const struct sd_addr *remote);
 bool sd_policy_allows(struct net *net, unsigned int dir, kuid_t uid,
 		      kgid_t gid, const struct sd_addr *local,
 		      const struct sd_addr *remote);

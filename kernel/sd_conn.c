@@ -37,20 +37,24 @@ static bool sd_addr_any(const struct in6_addr *a)
 	return ipv6_addr_any(a) || (sd_addr_is_v4(a) && !a->s6_addr32[3]);
 }
 
-/* Does a socket bound to @bound receive connections for @dst? */
-static bool sd_addr_covers(const struct in6_addr *bound,
+/*
+ * Does a socket bound to @bound receive connections for @dst?  @v6only: the
+ * socket is a redirected AF_INET6 one with IPV6_V6ONLY set when it bound.
+ */
+static bool sd_addr_covers(const struct in6_addr *bound, bool v6only,
 			   const struct in6_addr *dst)
 {
-	if (ipv6_addr_any(bound))
-		return true;			/* :: takes v4 and v6 */
+	if (ipv6_addr_any(bound))		/* :: takes v4 and v6 */
+		return !v6only || !sd_addr_is_v4(dst);
 	if (sd_addr_is_v4(bound) && !bound->s6_addr32[3])
 		return sd_addr_is_v4(dst);	/* 0.0.0.0 takes v4 */
 	return ipv6_addr_equal(bound, dst);
 }
 
-static bool sd_addr_overlap(const struct in6_addr *a, const struct in6_addr *b)
+static bool sd_addr_overlap(const struct in6_addr *a, bool a_v6only,
+			    const struct in6_addr *b, bool b_v6only)
 {
-	return sd_addr_covers(a, b) || sd_addr_covers(b, a);
+	return sd_addr_covers(a, a_v6only, b) || sd_addr_covers(b, b_v6only, a);
 }
 
 /*
@@ -63,6 +67,14 @@ static int sd_addr_parse(struct sd_sock *ss, const struct sockaddr *uaddr,
 {
 	if (len < (int)sizeof(sa_family_t))
 		return -EINVAL;
+	/* A redirected socket takes its TCP family's addresses only. */
+	if (ss->redirected) {
+		if (len < (ss->redirected == AF_INET ?
+			   (int)sizeof(struct sockaddr_in) : SIN6_LEN_RFC2133))
+			return -EINVAL;
+		if (uaddr->sa_family != ss->redirected)
+			return -EAFNOSUPPORT;
+	}
 
 	switch (uaddr->sa_family) {
 	case AF_INET: {
@@ -134,9 +146,12 @@ int sd_getname(struct socket *sock, struct sockaddr *uaddr, int peer)
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	struct sd_addr a = {};
 	int len;
 
+	if (tcp)
+		return tcp->ops->getname(tcp, uaddr, peer);
 	lock_sock(sk);
 	if (peer) {
 		if (!ss->conn || sk->sk_state == TCP_CLOSE) {
@@ -173,7 +188,8 @@ static bool sd_bind_conflict(const struct sock *sk, const struct sd_addr *a,
 	const struct sd_sock *os = sd_sk(other);
 
 	if (os->local.port != a->port ||
-	    !sd_addr_overlap(&os->local.addr, &a->addr))
+	    !sd_addr_overlap(&os->local.addr, os->v6only, &a->addr,
+			     sd_sk(sk)->v6only))
 		return false;
 	if (sk->sk_reuseport && other->sk_reuseport &&
 	    uid_eq(sk->sk_uid, other->sk_uid))
@@ -279,16 +295,78 @@ static bool sd_bind_allowed(struct sock *sk)
 	return false;
 }
 
+/*
+ * Take for a redirected socket, in AF_SD's table, the port its TCP socket
+ * has just bound (to @a's address).  On failure the TCP socket goes too,
+ * for a socket that failed to bind must stay unbound.  Called with @sk
+ * locked.
+ */
+static int sd_bind_tcp_port(struct sock *sk, struct sd_addr *a)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp;
+	int err;
+
+	/* IPV6_V6ONLY as TCP saw it at bind: a :: that takes no IPv4. */
+	ss->v6only = ss->redirected == AF_INET6 && ss->tcp->sk->sk_ipv6only;
+	err = sd_get_port(sk, a);
+	if (!err && !sd_bind_allowed(sk)) {
+		sd_unhash(sk);
+		err = -EACCES;
+	}
+	if (err) {
+		tcp = sd_tcp_detach(sk);
+		ss->tcp = NULL;
+		sd_tcp_release(NULL, tcp);
+	}
+	return err;
+}
+
+/*
+ * bind(2) on a redirected socket: TCP binds first (its rules, its errors,
+ * its choice for port 0), then AF_SD takes the same address and port.
+ */
+static int sd_bind_redirected(struct sock *sk, struct sockaddr *uaddr,
+			      int addr_len)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sockaddr_storage st;
+	struct sd_addr a = {};
+	int err;
+
+	if (ss->bound || ss->conn || sk->sk_state != TCP_CLOSE)
+		return -EINVAL;
+	err = sd_tcp_bind(sk, uaddr, addr_len, &a.port);
+	if (err)
+		return err;
+	err = kernel_getsockname(ss->tcp, (struct sockaddr *)&st);
+	if (err < 0)
+		return err;
+	if (st.ss_family == AF_INET)
+		ipv6_addr_set_v4mapped(((struct sockaddr_in *)&st)->sin_addr.s_addr,
+				       &a.addr);
+	else
+		a.addr = ((struct sockaddr_in6 *)&st)->sin6_addr;
+	return sd_bind_tcp_port(sk, &a);
+}
+
 int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
 	struct net *net = sock_net(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	sa_family_t family;
 	struct sd_addr a;
 	int err;
 
+	if (tcp)
+		return tcp->ops->bind(tcp, uaddr, addr_len);
 	lock_sock(sk);
+	if (ss->redirected) {
+		err = sd_bind_redirected(sk, uaddr, addr_len);
+		goto out;
+	}
 	err = sd_addr_parse(ss, uaddr, addr_len, &a, &family);
 	if (err)
 		goto out;
@@ -337,7 +415,7 @@ static struct sd_group *sd_group_lookup(struct sd_net *sn,
 	spin_lock(&sn->bind_lock);
 	hlist_for_each_entry(g, sd_listen_head(sn, dst->port), node) {
 		if (g->addr.port != dst->port ||
-		    !sd_addr_covers(&g->addr.addr, &dst->addr))
+		    !sd_addr_covers(&g->addr.addr, g->v6only, &dst->addr))
 			continue;
 		/* An exact address beats a wildcard, as in TCP. */
 		if (!best || !sd_addr_any(&g->addr.addr))
@@ -358,8 +436,12 @@ int sd_listen(struct socket *sock, int backlog)
 	struct sd_net *sn = sd_net(sock_net(sk));
 	struct sd_group *g, *fresh;
 	unsigned int somaxconn = READ_ONCE(sock_net(sk)->core.sysctl_somaxconn);
+	struct socket *tcp = sd_tcp_sock(sk);
+	int tcp_backlog = backlog;
 	int err;
 
+	if (tcp)
+		return tcp->ops->listen(tcp, backlog);
 	if ((unsigned int)backlog > somaxconn)
 		backlog = somaxconn;
 
@@ -369,11 +451,30 @@ int sd_listen(struct socket *sock, int backlog)
 		goto out;
 	if (sk->sk_state == TCP_LISTEN) {
 		WRITE_ONCE(sk->sk_max_ack_backlog, backlog);
-		err = 0;
+		err = ss->redirected ? sd_tcp_listen(sk, tcp_backlog) : 0;
 		goto out;
 	}
 
-	if (!ss->bound) {
+	if (!ss->bound && ss->redirected) {
+		struct sockaddr_in6 any6 = { .sin6_family = AF_INET6 };
+		struct sockaddr_in any4 = { .sin_family = AF_INET };
+		struct sd_addr any = {};
+
+		/* As TCP's listen: a port of TCP's choosing, any address. */
+		if (ss->redirected == AF_INET)
+			err = sd_tcp_bind(sk, (struct sockaddr *)&any4,
+					  sizeof(any4), &any.port);
+		else
+			err = sd_tcp_bind(sk, (struct sockaddr *)&any6,
+					  sizeof(any6), &any.port);
+		if (err)
+			goto out;
+		if (ss->family == AF_INET)
+			ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &any.addr);
+		err = sd_bind_tcp_port(sk, &any);
+		if (err)
+			goto out;
+	} else if (!ss->bound) {
 		struct sd_addr any = {};
 
 		if (ss->family == AF_INET)
@@ -395,13 +496,15 @@ int sd_listen(struct socket *sock, int backlog)
 	INIT_LIST_HEAD(&fresh->members);
 	fresh->addr = ss->local;
 	fresh->reuseport = sk->sk_reuseport;
+	fresh->v6only = ss->v6only;
 	fresh->uid = sk->sk_uid;
 
 	spin_lock(&sn->bind_lock);
 	/* Another listener on an overlapping address and this port? */
 	hlist_for_each_entry(g, sd_listen_head(sn, ss->local.port), node) {
 		if (g->addr.port != ss->local.port ||
-		    !sd_addr_overlap(&g->addr.addr, &ss->local.addr))
+		    !sd_addr_overlap(&g->addr.addr, g->v6only,
+				     &ss->local.addr, ss->v6only))
 			continue;
 		if (!ipv6_addr_equal(&g->addr.addr, &ss->local.addr) ||
 		    !g->reuseport || !sk->sk_reuseport ||
@@ -431,6 +534,12 @@ int sd_listen(struct socket *sock, int backlog)
 out_unlock:
 	spin_unlock(&sn->bind_lock);
 	kfree(fresh);
+	/* A redirected listener takes plain TCP clients too. */
+	if (!err && ss->redirected) {
+		err = sd_tcp_listen(sk, tcp_backlog);
+		if (err)
+			sd_listen_stop(sk);
+	}
 out:
 	release_sock(sk);
 	return err;
@@ -459,6 +568,7 @@ void sd_listen_stop(struct sock *sk)
 	struct sd_group *g = ss->group;
 	LIST_HEAD(dropped);
 
+	sd_tcp_listen_stop(sk);
 	if (!g)
 		return;
 
@@ -578,15 +688,44 @@ static bool sd_accept_ready(struct sock *sk)
 	return ready;
 }
 
+/*
+ * A plain TCP client of redirected listener @sk: wrap @newtcp in an AF_SD
+ * socket, shown by sdctl as a TCP fallback.  Called with @sk locked.
+ */
+static int sd_accept_tcp(struct sock *sk, struct socket *newtcp,
+			 struct sock **childp)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sock *child;
+
+	child = sd_sk_alloc(sock_net(sk), NULL, 0);
+	if (!child) {
+		sock_release(newtcp);
+		return -ENOMEM;
+	}
+	sd_tcp_adopt(child, newtcp, sk);
+	sd_set_state(child, TCP_ESTABLISHED);
+	spin_lock(&sn->bind_lock);
+	sd_hash(sn, child);
+	spin_unlock(&sn->bind_lock);
+	sd_stat_inc(sock_net(sk), SD_STAT_FALLBACK_TCP_CLIENT);
+	*childp = child;
+	return 0;
+}
+
 int sd_accept(struct socket *sock, struct socket *newsock, int flags,
 	      bool kern)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct sock *sk = sock->sk;
+	struct socket *newtcp = NULL;
 	struct sock *child = NULL;
 	long timeo;
 	int err;
 
+	/* A fallen-back socket never listens as AF_SD: TCP's EINVAL. */
+	if (sd_tcp_sock(sk))
+		return -EINVAL;
 	lock_sock(sk);
 	timeo = sock_rcvtimeo(sk, flags & O_NONBLOCK);
 	add_wait_queue(sk_sleep(sk), &wait);
@@ -599,20 +738,28 @@ int sd_accept(struct socket *sock, struct socket *newsock, int flags,
 			err = 0;
 			break;
 		}
-		err = -EAGAIN;
+		/* A redirected listener's plain TCP clients come next. */
+		err = sd_tcp_accept(sk, &newtcp);
+		if (err != -EAGAIN)
+			break;
 		if (!timeo)
 			break;
 		err = sock_intr_errno(timeo);
 		if (signal_pending(current))
 			break;
-		sk_wait_event(sk, &timeo, sd_accept_ready(sk), &wait);
+		sk_wait_event(sk, &timeo,
+			      sd_accept_ready(sk) || sd_tcp_accept_ready(sk),
+			      &wait);
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
+	if (!err && newtcp)
+		err = sd_accept_tcp(sk, newtcp, &child);
 	release_sock(sk);
 	if (err)
 		return err;
 
-	wake_up_interruptible(&sd_net(sock_net(sk))->backlog_wait);
+	if (!newtcp)
+		wake_up_interruptible(&sd_net(sock_net(sk))->backlog_wait);
 	sd_stat_inc(sock_net(sk), SD_STAT_ACCEPTS);
 
 	lock_sock(child);
@@ -622,6 +769,8 @@ int sd_accept(struct socket *sock, struct socket *newsock, int flags,
 	sd_sk(child)->gid = current_fsgid();
 	sock_graft(child, newsock);
 	newsock->state = SS_CONNECTED;
+	if (newtcp)
+		sd_tcp_graft(child, newsock);
 	release_sock(child);
 	return 0;
 }
@@ -759,6 +908,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 
 		sd_child_inherit(child, &m->sk);
 		cs->family = m->family;
+		cs->redirected = m->redirected;
 	}
 	spin_unlock(&g->lock);
 
@@ -804,14 +954,66 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	return err;
 }
 
+/*
+ * A redirected socket found no AF_SD peer (@reason): it becomes its TCP
+ * socket, which connects.  Called with @sk locked; returns unlocked.
+ */
+static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
+			  int addr_len, int flags, u8 reason,
+			  const struct sd_addr *dst)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sockaddr_storage st;
+	struct sd_addr local = {};
+	struct socket *tcp;
+	int err;
+
+	err = sd_tcp_switch(sk, reason);
+	release_sock(sk);
+	if (err)
+		return err;
+	tcp = ss->tcp;
+	/* The AF_SD socket is unlocked: a blocking connect waits in TCP. */
+	err = tcp->ops->connect(tcp, uaddr, addr_len, flags);
+	if (err && err != -EINPROGRESS)
+		return err;
+
+	/* Into the table, for sdctl: the addresses are TCP's. */
+	if (kernel_getsockname(tcp, (struct sockaddr *)&st) < 0)
+		return err;
+	if (st.ss_family == AF_INET) {
+		ipv6_addr_set_v4mapped(((struct sockaddr_in *)&st)->sin_addr.s_addr,
+				       &local.addr);
+		local.port = ((struct sockaddr_in *)&st)->sin_port;
+	} else {
+		local.addr = ((struct sockaddr_in6 *)&st)->sin6_addr;
+		local.port = ((struct sockaddr_in6 *)&st)->sin6_port;
+	}
+	lock_sock(sk);
+	spin_lock(&sn->bind_lock);
+	ss->peer = *dst;
+	if (ss->bound) {
+		ss->local.addr = local.addr;
+	} else {
+		ss->local = local;
+		sd_hash(sn, sk);
+	}
+	spin_unlock(&sn->bind_lock);
+	release_sock(sk);
+	return err;
+}
+
 int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	       int flags)
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
 	struct net *net = sock_net(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	bool nonblock = flags & O_NONBLOCK;
 	bool autobound = false;
+	u8 reason = SD_FALLBACK_NONE;
 	struct sd_group *g;
 	kuid_t uid;
 	kgid_t gid;
@@ -820,6 +1022,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	long timeo;
 	int err;
 
+	if (tcp)
+		return tcp->ops->connect(tcp, uaddr, addr_len, flags);
 	lock_sock(sk);
 	switch (sock->state) {
 	case SS_CONNECTED:
@@ -857,8 +1061,10 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	}
 
 	err = -ECONNREFUSED;
-	if (!dst.port || !sd_addr_local(net, &dst.addr))
+	if (!dst.port || !sd_addr_local(net, &dst.addr)) {
+		reason = dst.port ? SD_FALLBACK_REMOTE : SD_FALLBACK_NO_LISTENER;
 		goto refused;
+	}
 
 	if (!ss->bound) {
 		struct sd_addr any = {};
@@ -874,8 +1080,18 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	ss->family = family;
 
 	sd_current_ids(&uid, &gid);
-	if (!sd_policy_allows(net, SD_DIR_CONNECT, uid, gid, &ss->local,
-			      &dst)) {
+	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, &ss->local,
+				  &dst)) {
+	case SD_ACTION_ALLOW:
+		break;
+	case SD_ACTION_TCP:
+		reason = SD_FALLBACK_POLICY;
+		if (ss->redirected) {
+			err = -ECONNREFUSED;
+			goto refused;
+		}
+		fallthrough;
+	default:
 		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
 		/* The caller lacks the right: EACCES, not a refusal. */
 		err = -EACCES;
@@ -887,7 +1103,9 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	err = -ECONNREFUSED;
 	g = sd_group_lookup(sd_net(net), &dst);
 	if (!g) {
-		sd_stat_inc(net, SD_STAT_REFUSED);
+		reason = SD_FALLBACK_NO_LISTENER;
+		if (!ss->redirected)
+			sd_stat_inc(net, SD_STAT_REFUSED);
 		goto refused;
 	}
 
@@ -911,6 +1129,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 refused:
 	if (autobound)
 		sd_unhash(sk);
+	if (ss->redirected && reason != SD_FALLBACK_NONE)
+		return sd_connect_tcp(sk, uaddr, addr_len, flags, reason, &dst);
 	/* TCP's refused socket is shut both ways (tcp_done). */
 	if (err == -ECONNREFUSED)
 		WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);

@@ -156,10 +156,13 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	struct sd_sock *ss = sd_sk(sk);
 	bool nonblock = msg->msg_flags & MSG_DONTWAIT;
 	bool armed = false, slept = false;
+	struct socket *tcp = sd_tcp_sock(sk);
 	size_t sent = 0;
 	long timeo;
 	int err;
 
+	if (tcp)
+		return tcp->ops->sendmsg(tcp, msg, len);
 	if (msg->msg_flags & MSG_OOB)
 		return -EOPNOTSUPP;
 
@@ -272,11 +275,14 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	bool nonblock = flags & MSG_DONTWAIT;
 	bool peek = flags & MSG_PEEK;
 	bool armed = false, slept = false;
+	struct socket *tcp = sd_tcp_sock(sk);
 	int copied = 0;
 	long timeo;
 	int target;
 	int err;
 
+	if (tcp)
+		return tcp->ops->recvmsg(tcp, msg, len, flags);
 	if (flags & MSG_OOB)
 		return -EINVAL;
 	if (flags & MSG_ERRQUEUE)
@@ -387,17 +393,20 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	struct sd_conn *conn;
 	__poll_t mask = 0;
 	u8 shutdown;
 	int state;
 
+	if (tcp)
+		return tcp->ops->poll(file, tcp, wait);
 	sock_poll_wait(file, sock, wait);
 
 	state = sd_get_state(sk);
 	if (state == TCP_LISTEN)
-		return list_empty_careful(&ss->accept_list) ? 0 :
-		       EPOLLIN | EPOLLRDNORM;
+		return list_empty_careful(&ss->accept_list) &&
+		       !sd_tcp_accept_ready(sk) ? 0 : EPOLLIN | EPOLLRDNORM;
 
 	shutdown = READ_ONCE(sk->sk_shutdown);
 	if (shutdown == SHUTDOWN_MASK || state == TCP_CLOSE)
@@ -447,8 +456,11 @@ int sd_shutdown(struct socket *sock, int how)
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	int err = 0;
 
+	if (tcp)
+		return tcp->ops->shutdown(tcp, how);
 	/* SHUT_RD, SHUT_WR, SHUT_RDWR to RCV_, SEND_ and both. */
 	how++;
 	if (how <= 0 || how > SHUTDOWN_MASK)
@@ -519,9 +531,12 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 {
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp = sd_tcp_sock(sk);
 	size_t bytes = 0;
 	int err = 0;
 
+	if (tcp)
+		return tcp->ops->ioctl(tcp, cmd, arg);
 	switch (cmd) {
 	case SD_IOC_ACQUIRE:
 	case SD_IOC_RELEASE:
@@ -572,8 +587,12 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 		  sockptr_t optval, unsigned int optlen)
 {
 	struct sd_sock *ss = sd_sk(sock->sk);
-	int val;
+	struct socket *tcp = sd_tcp_sock(sock->sk);
+	int val, err;
 
+	if (tcp)
+		return tcp->ops->setsockopt(tcp, level, optname, optval,
+					    optlen);
 	/*
 	 * Linux 6.1 refuses SO_REUSEPORT on sockets that are not
 	 * AF_INET/AF_INET6 before any family sees it, so AF_SD offers the
@@ -588,6 +607,15 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 		sock->sk->sk_reuseport = !!val;
 		release_sock(sock->sk);
 		return 0;
+	}
+	if (ss->redirected && level != SOL_SD) {
+		/* TCP's options are TCP's (sd_tcp.c); AF_SD notes one. */
+		err = sd_tcp_setsockopt(sock->sk, level, optname, optval,
+					optlen);
+		if (!err && level == SOL_TCP && optname == TCP_NODELAY &&
+		    !copy_from_sockptr(&val, optval, sizeof(val)))
+			WRITE_ONCE(ss->nodelay, !!val);
+		return err;
 	}
 	if (level != SOL_TCP)
 		return -ENOPROTOOPT;
@@ -637,12 +665,20 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		  char __user *optval, int __user *optlen)
 {
 	struct sock *sk = sock->sk;
+	struct socket *tcp = sd_tcp_sock(sk);
 	int len, val;
 
+	if (tcp)
+		return tcp->ops->getsockopt(tcp, level, optname, optval,
+					    optlen);
 	if (level == SOL_SD && optname == SD_MMAP_OFFSETS)
 		return sd_get_mmap_offsets(sk, optval, optlen);
+	if (level != SOL_SD && sd_sk(sk)->redirected)
+		return sd_tcp_getsockopt(sk, level, optname, optval, optlen);
 	if (level == SOL_SD && optname == SD_REUSEPORT)
 		val = sk->sk_reuseport;
+	else if (level == SOL_SD && optname == SD_REDIRECTED)
+		val = sd_sk(sk)->redirected;
 	else if (level == SOL_TCP && optname == TCP_NODELAY)
 		val = READ_ONCE(sd_sk(sk)->nodelay);
 	else
@@ -669,8 +705,11 @@ int sd_mmap(struct file *file, struct socket *sock,
 	struct sd_sock *ss = sd_sk(sock->sk);
 	/* Pairs with the release in sd_conn_establish(). */
 	struct sd_conn *conn = smp_load_acquire(&ss->conn);
+	struct socket *tcp = sd_tcp_sock(sock->sk);
 	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
 
+	if (tcp)
+		return tcp->ops->mmap(file, tcp, vma);
 	if (!conn)
 		return -ENOTCONN;
 	switch (off) {

@@ -85,6 +85,7 @@ struct sock *sd_sk_alloc(struct net *net, struct socket *sock, int kern)
 static int sd_release(struct socket *sock)
 {
 	struct sock *sk = sock->sk;
+	struct socket *tcp;
 	struct sd_sock *ss;
 	bool abort;
 
@@ -114,7 +115,11 @@ static int sd_release(struct socket *sock)
 		ss->conn = NULL;
 	}
 	sd_set_state(sk, TCP_CLOSE);
+	/* Unhashed first: sdctl reads the TCP socket of hashed ones. */
+	tcp = sd_tcp_detach(sk);
 	release_sock(sk);
+	/* Unlocked: a TCP close may linger (SO_LINGER). */
+	sd_tcp_release(sock, tcp);
 
 	sock_orphan(sk);
 	sock->sk = NULL;
@@ -150,15 +155,28 @@ const struct proto_ops sd_stream_ops = {
 static int sd_create(struct net *net, struct socket *sock, int protocol,
 		     int kern)
 {
+	bool redirect = protocol == SD_PROTO_INET ||
+			protocol == SD_PROTO_INET6;
+	struct sock *sk;
+
 	if (sock->type != SOCK_STREAM)
 		return -ESOCKTNOSUPPORT;
-	if (protocol != 0 && protocol != IPPROTO_TCP)
+	if (protocol != 0 && protocol != IPPROTO_TCP && !redirect)
+		return -EPROTONOSUPPORT;
+	/* net.sd.redirect off: libsd makes the real socket instead. */
+	if (redirect && !READ_ONCE(sd_net(net)->redirect))
 		return -EPROTONOSUPPORT;
 
 	sock->ops = &sd_stream_ops;
 	sock->state = SS_UNCONNECTED;
-	if (!sd_sk_alloc(net, sock, kern))
+	sk = sd_sk_alloc(net, sock, kern);
+	if (!sk)
 		return -ENOMEM;
+	if (redirect) {
+		sd_sk(sk)->redirected = protocol & ~SD_PROTO_REDIRECT;
+		sd_sk(sk)->family = sd_sk(sk)->redirected;
+		sd_stat_inc(net, SD_STAT_REDIRECTED);
+	}
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <net/genetlink.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
+#include <net/tcp.h>
 #include <net/tcp_states.h>
 
 #include "af_sd.h"
@@ -31,7 +32,7 @@ static const struct nla_policy sd_addr_policy[SD_A_ADDR_MAX + 1] = {
 static const struct nla_policy sd_rule_add_policy[SD_A_MAX + 1] = {
 	[SD_A_RULE_POSITION]	= { .type = NLA_U32 },
 	[SD_A_RULE_ACTION]	= NLA_POLICY_RANGE(NLA_U8, SD_ACTION_ALLOW,
-						   SD_ACTION_DENY),
+						   SD_ACTION_TCP),
 	[SD_A_RULE_DIR]		= NLA_POLICY_MASK(NLA_U8, SD_DIR_ALL),
 	[SD_A_RULE_UID_MIN]	= { .type = NLA_U32 },
 	[SD_A_RULE_UID_MAX]	= { .type = NLA_U32 },
@@ -101,24 +102,39 @@ static int sd_fill_sock(struct sk_buff *skb, struct netlink_callback *cb,
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn = READ_ONCE(ss->conn);
+	/* A hashed socket's TCP socket is released only after unhashing. */
+	struct socket *tcp = sd_tcp_sock(sk);
+	u64 tx_bytes = READ_ONCE(ss->tx_bytes), rx_bytes = READ_ONCE(ss->rx_bytes);
+	u64 tx_msgs = READ_ONCE(ss->tx_msgs), rx_msgs = READ_ONCE(ss->rx_msgs);
+	u8 state = READ_ONCE(sk->sk_state);
+	u8 transport = conn ? SD_TRANSPORT_SHM : SD_TRANSPORT_NONE;
 	void *hdr;
 
+	if (tcp) {
+		const struct tcp_sock *tp = tcp_sk(tcp->sk);
+
+		/* TCP's own counters: what it acknowledged and received. */
+		transport = SD_TRANSPORT_TCP;
+		state = READ_ONCE(tcp->sk->sk_state);
+		tx_bytes = READ_ONCE(tp->bytes_acked);
+		rx_bytes = READ_ONCE(tp->bytes_received);
+		tx_msgs = READ_ONCE(tp->data_segs_out);
+		rx_msgs = READ_ONCE(tp->data_segs_in);
+	}
 	hdr = sd_genl_put(skb, cb, SD_CMD_SOCK_GET);
 	if (!hdr)
 		return -EMSGSIZE;
 	if (sd_put_owner(skb, sk) ||
-	    nla_put_u8(skb, SD_A_SOCK_STATE, READ_ONCE(sk->sk_state)) ||
+	    nla_put_u8(skb, SD_A_SOCK_STATE, state) ||
 	    sd_put_addr(skb, SD_A_SOCK_LOCAL, &ss->local) ||
-	    nla_put_u8(skb, SD_A_SOCK_TRANSPORT,
-		       conn ? SD_TRANSPORT_SHM : SD_TRANSPORT_NONE) ||
-	    nla_put_u64_64bit(skb, SD_A_SOCK_TX_BYTES,
-			      READ_ONCE(ss->tx_bytes), SD_A_PAD) ||
-	    nla_put_u64_64bit(skb, SD_A_SOCK_RX_BYTES,
-			      READ_ONCE(ss->rx_bytes), SD_A_PAD) ||
-	    nla_put_u64_64bit(skb, SD_A_SOCK_TX_MSGS,
-			      READ_ONCE(ss->tx_msgs), SD_A_PAD) ||
-	    nla_put_u64_64bit(skb, SD_A_SOCK_RX_MSGS,
-			      READ_ONCE(ss->rx_msgs), SD_A_PAD))
+	    nla_put_u8(skb, SD_A_SOCK_TRANSPORT, transport) ||
+	    nla_put_u64_64bit(skb, SD_A_SOCK_TX_BYTES, tx_bytes, SD_A_PAD) ||
+	    nla_put_u64_64bit(skb, SD_A_SOCK_RX_BYTES, rx_bytes, SD_A_PAD) ||
+	    nla_put_u64_64bit(skb, SD_A_SOCK_TX_MSGS, tx_msgs, SD_A_PAD) ||
+	    nla_put_u64_64bit(skb, SD_A_SOCK_RX_MSGS, rx_msgs, SD_A_PAD))
+		goto cancel;
+	if (tcp && (nla_put_u8(skb, SD_A_SOCK_FALLBACK, ss->fallback) ||
+		    sd_put_addr(skb, SD_A_SOCK_PEER, &ss->peer)))
 		goto cancel;
 	if (conn) {
 		const struct sd_ring *tx = &conn->ring[ss->side];
@@ -387,6 +403,12 @@ static int sd_rule_add(struct sk_buff *skb, struct genl_info *info)
 	if (!nla_get_u8(a[SD_A_RULE_DIR])) {
 		NL_SET_ERR_MSG_ATTR(info->extack, a[SD_A_RULE_DIR],
 				    "a rule needs at least one direction");
+		return -EINVAL;
+	}
+	if (nla_get_u8(a[SD_A_RULE_ACTION]) == SD_ACTION_TCP &&
+	    nla_get_u8(a[SD_A_RULE_DIR]) != SD_DIR_CONNECT) {
+		NL_SET_ERR_MSG_ATTR(info->extack, a[SD_A_RULE_DIR],
+				    "action tcp is for connect rules only");
 		return -EINVAL;
 	}
 

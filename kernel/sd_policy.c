@@ -42,28 +42,38 @@ static bool sd_rule_match(const struct sd_rule *r, unsigned int dir,
 }
 
 /*
- * May the subject (uid, gid) do @dir between @local and @remote (NULL for
- * bind)?  Counts the hit on the rule that decided.
+ * What may the subject (uid, gid) do for @dir between @local and @remote
+ * (NULL for bind)?  SD_ACTION_ALLOW, _DENY or (connect rules only) _TCP.
+ * Counts the hit on the rule that decided.
  */
-bool sd_policy_allows(struct net *net, unsigned int dir, kuid_t uid,
+int sd_policy_verdict(struct net *net, unsigned int dir, kuid_t uid,
 		      kgid_t gid, const struct sd_addr *local,
 		      const struct sd_addr *remote)
 {
 	struct sd_net *sn = sd_net(net);
 	struct sd_rule *r;
-	bool allow;
+	int action;
 
 	rcu_read_lock();
 	list_for_each_entry_rcu(r, &sn->rules, node) {
 		if (sd_rule_match(r, dir, uid, gid, local, remote)) {
 			atomic64_inc(&r->hits);
-			allow = r->action == SD_ACTION_ALLOW;
+			action = r->action;
 			rcu_read_unlock();
-			return allow;
+			return action;
 		}
 	}
 	rcu_read_unlock();
-	return READ_ONCE(sn->default_policy) == SD_ACTION_ALLOW;
+	return READ_ONCE(sn->default_policy);
+}
+
+/* As sd_policy_verdict(), for the directions that know only yes or no. */
+bool sd_policy_allows(struct net *net, unsigned int dir, kuid_t uid,
+		      kgid_t gid, const struct sd_addr *local,
+		      const struct sd_addr *remote)
+{
+	return sd_policy_verdict(net, dir, uid, gid, local, remote) ==
+	       SD_ACTION_ALLOW;
 }
 
 /* Insert @rule at @pos (or at the end); takes the id.  rules_lock held. */

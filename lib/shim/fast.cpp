@@ -142,8 +142,14 @@ Conn *get(int fd)
 
 	sd_mmap_offsets off;
 	socklen_t len = sizeof(off);
-	if (real::getsockopt()(fd, SOL_SD, SD_MMAP_OFFSETS, &off, &len) || len != sizeof(off))
+	if (real::getsockopt()(fd, SOL_SD, SD_MMAP_OFFSETS, &off, &len) || len != sizeof(off)) {
+		// Not AF_SD's any more (a redirected socket that fell back to
+		// TCP, whose IPv4 says EOPNOTSUPP to the level, IPv6
+		// ENOPROTOOPT).  Let the table find out what it is.
+		if (errno == ENOPROTOOPT || errno == EOPNOTSUPP)
+			fds.set(fd, FD_UNKNOWN);
 		return nullptr;
+	}
 	void *tx = mmap(nullptr, off.tx.mmap_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
 			SD_PGOFF_TX_RING);
 	if (tx == MAP_FAILED)

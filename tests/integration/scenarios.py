@@ -994,12 +994,28 @@ def close_on_exec(t, f):
     t.log("inherited, closed-on-exec", out)
 
 
+def expect_redirected():
+    """Under sdrun with net.sd.redirect=1: fail unless every socket the
+    scenario makes is a redirected AF_SD socket (SOL_SD/SD_REDIRECTED)."""
+    make = Family.socket
+
+    def checked(self, v6=False, flags=0):
+        s = make(self, v6, flags)
+        want = socket.AF_INET6 if v6 else socket.AF_INET
+        got = s.getsockopt(0x5344, 3)
+        assert got == want, f"socket not redirected ({got})"
+        return s
+    Family.socket = checked
+
+
 def main():
     if sys.argv[1:] == ["--list"]:
         print("\n".join(SCENARIOS))
         return 0
     name, fam = sys.argv[1], sys.argv[2]
     t = Transcript()
+    if os.environ.get("SD_SCENARIO_REDIRECT") == "1":
+        expect_redirected()
     signal.signal(signal.SIGALRM, signal.SIG_DFL)
     signal.alarm(60)
     SCENARIOS[name](t, Family(fam))

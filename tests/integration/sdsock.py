@@ -7,7 +7,6 @@ wraps any descriptor.  TCP sockets take the same path, so a scenario runs
 identically on both.
 """
 import ctypes
-import ctypes.util
 import errno
 import os
 import socket
@@ -17,7 +16,10 @@ SOL_SD = 0x5344
 SD_MMAP_OFFSETS = 1
 SD_REUSEPORT = 2
 
-libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+# The global scope (dlopen(NULL)), not libc's own handle: under sdrun the
+# shim's socket, bind, connect and accept4 come first there, as they do for
+# a program that calls them directly.
+libc = ctypes.CDLL(None, use_errno=True)
 
 
 class SockaddrIn(ctypes.Structure):

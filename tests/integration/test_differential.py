@@ -1,7 +1,9 @@
 """The differential suite: every scenario of scenarios.py runs on TCP over
-loopback, on AF_SD through plain system calls, and on AF_SD through libsd
-(the same program under sdrun, so its calls take the fast path), each in
-its own process, and all must observe the same thing.  Deliberate differences are listed in DIFFERENCES, each with
+loopback, on AF_SD through plain system calls, on AF_SD through libsd
+(the same program under sdrun, so its calls take the fast path), and
+redirected (the TCP program under sdrun with net.sd.redirect=1, so its
+AF_INET sockets are AF_SD underneath), each in its own process, and all
+must observe the same thing.  Deliberate differences are listed in DIFFERENCES, each with
 the reason (Documentation/af_sd.rst says the same)."""
 import json
 import os
@@ -15,18 +17,35 @@ from scenarios import SCENARIOS
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 SDRUN = os.path.join(TOP, "build", "user", "lib", "shim", "sdrun")
-TRANSPORTS = ("tcp", "sd", "libsd")
+TRANSPORTS = ("tcp", "sd", "libsd", "redirect")
+REDIRECT = "/proc/sys/net/sd/redirect"
 
 # scenario -> {row label: reason}: rows whose values may differ.
 DIFFERENCES = {}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def redirect_on():
+    with open(REDIRECT) as f:
+        old = f.read()
+    with open(REDIRECT, "w") as f:
+        f.write("1\n")
+    yield
+    with open(REDIRECT, "w") as f:
+        f.write(old)
+
+
 def run(name, transport):
-    cmd = [sys.executable, os.path.join(HERE, "scenarios.py"), name,
-           "sd" if transport == "libsd" else transport]
-    if transport == "libsd":
+    fam = {"libsd": "sd", "redirect": "tcp"}.get(transport, transport)
+    cmd = [sys.executable, os.path.join(HERE, "scenarios.py"), name, fam]
+    env = dict(os.environ)
+    if transport in ("libsd", "redirect"):
         cmd = [SDRUN] + cmd
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if transport == "redirect":
+        # scenarios.py then checks that each socket it makes is AF_SD.
+        env["SD_SCENARIO_REDIRECT"] = "1"
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=env)
     assert out.returncode == 0, \
         f"{name} on {transport} failed ({out.returncode}):\n{out.stderr}"
     return json.loads(out.stdout)

@@ -25,7 +25,7 @@ from sdgenl import (NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
                     SD_A_RULE_GID_MIN, SD_A_RULE_HITS, SD_A_RULE_ID,
                     SD_A_RULE_LOCAL, SD_A_RULE_POSITION, SD_A_RULE_REMOTE,
                     SD_A_RULE_UID_MAX, SD_A_RULE_UID_MIN, SD_A_SOCK_INODE,
-                    SD_A_STATS, SD_ACTION_ALLOW, SD_ACTION_DENY,
+                    SD_A_STATS, SD_ACTION_ALLOW, SD_ACTION_DENY, SD_ACTION_TCP,
                     SD_CMD_LISTENER_GET, SD_CMD_MAX, SD_CMD_RULE_ADD,
                     SD_CMD_RULE_DEL, SD_CMD_RULE_FLUSH, SD_CMD_RULE_GET,
                     SD_CMD_SOCK_GET, SD_CMD_STATS_GET, SD_CMD_UNSPEC,
@@ -163,6 +163,13 @@ def test_rule_del_without_id(nl):
 def test_action_out_of_range(nl, bad, err):
     r = refused(add(nl, bad, DIR), err)
     assert r.extack, "no extended ACK message"
+
+
+@pytest.mark.parametrize("dirs", [SD_DIR_ALL, 0x04, 0x03])
+def test_tcp_action_is_for_connect_only(nl, dirs):
+    r = refused(add(nl, attr_u8(SD_A_RULE_ACTION, SD_ACTION_TCP),
+                    attr_u8(SD_A_RULE_DIR, dirs)), errno.EINVAL)
+    assert "connect" in (r.extack or ""), r.extack
 
 
 @pytest.mark.parametrize("value", [0x80, 0x08, 0xff])

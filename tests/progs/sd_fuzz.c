@@ -133,8 +133,15 @@ static void do_socket(struct rng *r)
 	static const int types[] = { SOCK_STREAM, SOCK_STREAM, SOCK_STREAM, SOCK_DGRAM,
 				     SOCK_SEQPACKET, 0 };
 	int type = types[below(r, 6)] | SOCK_NONBLOCK | (below(r, 2) ? SOCK_CLOEXEC : 0);
-	int proto = below(r, 8) ? 0 : (int)below(r, 300);
-	int fd = socket(AF_SD, type, proto);
+	/* Redirected sockets too (net.sd.redirect=1 in test_fuzz.py). */
+	static const int protos[] = { 0, 0, 0, 0, SD_PROTO_INET, SD_PROTO_INET6,
+				      SD_PROTO_INET, -1 };
+	int proto = protos[below(r, 8)];
+	int fd;
+
+	if (proto < 0)
+		proto = (int)below(r, 300);
+	fd = socket(AF_SD, type, proto);
 
 	if (fd < 0)
 		return;
@@ -151,8 +158,10 @@ static void do_pair(struct rng *r)
 {
 	/* A listener and a connection to it, so data calls have peers. */
 	struct sockaddr_in a = { .sin_family = AF_INET };
-	int l = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
-	int c = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	/* Native, or redirected on either end (a TCP fallback, or not). */
+	int lp = below(r, 3) ? 0 : SD_PROTO_INET, cp = below(r, 3) ? 0 : SD_PROTO_INET;
+	int l = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, lp);
+	int c = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, cp);
 	int s;
 
 	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -181,9 +190,10 @@ out:
 
 static void do_opt(struct rng *r, int fd)
 {
-	static const int levels[] = { SOL_SD, SOL_SD, SOL_SOCKET, IPPROTO_TCP, 0, 0x5345 };
+	static const int levels[] = { SOL_SD, SOL_SD, SOL_SOCKET, IPPROTO_TCP, 0, 0x5345,
+				      IPPROTO_IPV6 };
 	unsigned char buf[256];
-	int level = levels[below(r, 6)];
+	int level = levels[below(r, 7)];
 	int name = (int)below(r, 72);
 	socklen_t len = below(r, 4) ? (socklen_t)(4 << below(r, 3)) : (socklen_t)below(r, 256);
 

@@ -49,6 +49,7 @@ std::string action_name(std::uint8_t action)
 	switch (action) {
 	case SD_ACTION_ALLOW: return "allow";
 	case SD_ACTION_DENY: return "deny";
+	case SD_ACTION_TCP: return "tcp";
 	default: return "action_" + std::to_string(action);
 	}
 }
@@ -218,14 +219,18 @@ int add(const Options &opt, Args args)
 {
 	Rule rule;
 	if (args.empty())
-		usage_error(rules_object, "rules add needs an action: allow or deny");
+		usage_error(rules_object, "rules add needs an action: allow, deny or tcp");
 	if (args[0] == "allow")
 		rule.action = SD_ACTION_ALLOW;
 	else if (args[0] == "deny")
 		rule.action = SD_ACTION_DENY;
+	else if (args[0] == "tcp")
+		rule.action = SD_ACTION_TCP;
 	else
-		usage_error(rules_object, "bad action '" + std::string(args[0]) + "' (allow or deny)");
-	rule.dir = SD_DIR_ALL;
+		usage_error(rules_object,
+			    "bad action '" + std::string(args[0]) + "' (allow, deny or tcp)");
+	// A tcp rule is a connect rule (the only direction it may have).
+	rule.dir = rule.action == SD_ACTION_TCP ? SD_DIR_CONNECT : SD_DIR_ALL;
 
 	std::vector<std::string_view> seen;
 	for (std::size_t i = 1; i < args.size(); i += 2) {
@@ -296,7 +301,7 @@ int flush(const Options &, Args args)
 constexpr Verb verbs[] = {
 	{"show", show, "", "the rules in order (the first that matches decides)"},
 	{"add", add,
-	 "allow|deny [dir connect,accept,bind|all] [uid N[-M]] [gid N[-M]]\n"
+	 "allow|deny|tcp [dir connect,accept,bind|all] [uid N[-M]] [gid N[-M]]\n"
 	 "                  [local ADDR[/PREFIX]] [lport N[-M]] [remote ADDR[/PREFIX]] [rport N[-M]]\n"
 	 "                  [position N] [comment TEXT]",
 	 "add a rule (at the end, or before the rule at 0-based position N); prints its id"},

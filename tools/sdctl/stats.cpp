@@ -33,6 +33,8 @@ constexpr const char *names[] = {
 	"fallback_handshake",
 	"fallback_policy",
 	"fallback_tcp_client",
+	"fallback_remote",
+	"redirected",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

@@ -33,9 +33,22 @@
  * Addresses are those of IPv4 and IPv6 (struct sockaddr_in, sockaddr_in6),
  * exactly as for TCP, so a program redirected from AF_INET keeps them.
  * socket(AF_SD, SOCK_STREAM, 0) and socket(AF_SD, SOCK_STREAM, IPPROTO_TCP)
- * create a stream socket; other types fail with ESOCKTNOSUPPORT, other
- * protocols with EPROTONOSUPPORT.
+ * create a native stream socket; other types fail with ESOCKTNOSUPPORT,
+ * other protocols with EPROTONOSUPPORT.
+ *
+ * socket(AF_SD, SOCK_STREAM, SD_PROTO_INET or SD_PROTO_INET6) creates a
+ * redirected socket: one that stands in for a TCP socket of that family
+ * (libsd's socket() makes these under sdrun).  It takes only addresses of
+ * its family; its bind and listen also take the TCP port, so its listener
+ * accepts plain TCP clients too; a connect that finds no AF_SD listener
+ * (or is told so by an SD_ACTION_TCP rule) falls back to TCP, after which
+ * the descriptor is that TCP socket; its IPPROTO_TCP, IPPROTO_IP and
+ * IPPROTO_IPV6 options are TCP's.  See Documentation/redirect.rst.  It is
+ * refused with EPROTONOSUPPORT while the netns's net.sd.redirect is 0.
  */
+#define SD_PROTO_REDIRECT	0x10000
+#define SD_PROTO_INET		(SD_PROTO_REDIRECT | 2)		/* AF_INET */
+#define SD_PROTO_INET6		(SD_PROTO_REDIRECT | 10)	/* AF_INET6 */
 
 /* Socket option level of the options below ('S' 'D'). */
 #define SOL_SD		0x5344
@@ -50,6 +63,12 @@
  * the same setting.
  */
 #define SD_REUSEPORT	2
+/*
+ * int, get only: the family a redirected socket stands in for (AF_INET or
+ * AF_INET6), 0 for a native AF_SD socket.  libsd answers
+ * getsockopt(SOL_SOCKET, SO_DOMAIN) with it.
+ */
+#define SD_REDIRECTED	3
 
 /*
  * Rings.
@@ -350,6 +369,9 @@ enum sd_fallback {
 	SD_FALLBACK_HANDSHAKE,		/* the rendezvous failed or timed out */
 	SD_FALLBACK_POLICY,		/* a redirect policy said TCP */
 	SD_FALLBACK_TCP_CLIENT,		/* a plain TCP client of a listener */
+	SD_FALLBACK_REMOTE,		/* another host, and no inter-host
+					 * transport is in use
+					 */
 	__SD_FALLBACK_MAX,
 };
 
@@ -357,6 +379,12 @@ enum sd_action {
 	SD_ACTION_UNSPEC,
 	SD_ACTION_ALLOW,
 	SD_ACTION_DENY,
+	/*
+	 * Connect rules only: the connection goes over TCP.  A redirected
+	 * socket falls back (SD_FALLBACK_POLICY); for a native socket it is
+	 * SD_ACTION_DENY.
+	 */
+	SD_ACTION_TCP,
 	__SD_ACTION_MAX,
 };
 
@@ -386,6 +414,8 @@ enum sd_stat {
 	SD_STAT_FALLBACK_HANDSHAKE,
 	SD_STAT_FALLBACK_POLICY,
 	SD_STAT_FALLBACK_TCP_CLIENT,
+	SD_STAT_FALLBACK_REMOTE,
+	SD_STAT_REDIRECTED,	/* redirected sockets created */
 	__SD_STAT_MAX,
 };
 

@@ -1,0 +1,477 @@
+"""Transparent redirection and TCP fallback (Documentation/redirect.rst):
+unmodified programs under sdrun, on both ends, on one end, on neither; the
+answers they get; and sdctl's counters proving which transport carried
+their traffic."""
+import json
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import TOP, wait_for
+
+HERE = pathlib.Path(__file__).resolve().parent
+SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
+SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
+PROBE = str(HERE / "redirect_probe.py")
+SYSCTL = pathlib.Path("/proc/sys/net/sd/redirect")
+
+# (name, server under sdrun, client under sdrun)
+VARIANTS = [("both", True, True), ("server", True, False),
+            ("client", False, True), ("none", False, False)]
+VARIANT_IDS = [v[0] for v in VARIANTS]
+
+
+@pytest.fixture(autouse=True)
+def redirect_on():
+    old = SYSCTL.read_text()
+    SYSCTL.write_text("1\n")
+    subprocess.run([SDCTL, "rules", "flush"], check=True)
+    yield
+    SYSCTL.write_text(old)
+    subprocess.run([SDCTL, "rules", "flush"], check=True)
+
+
+def stats():
+    out = subprocess.run([SDCTL, "--json", "stats"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+class Delta:
+    """sdctl's counters since construction."""
+
+    def __init__(self):
+        self.before = stats()
+
+    def __call__(self):
+        now = stats()
+        return {k: now[k] - self.before.get(k, 0) for k in now}
+
+
+def under(sd, cmd):
+    return [SDRUN] + cmd if sd else cmd
+
+
+def check_transport(d, variant, n):
+    """n or more connections went the variant's way, and none another."""
+    fell = d["fallback_no_listener"], d["fallback_tcp_client"]
+    if variant == "both":
+        assert d["connects"] >= n and d["accepts"] >= n, d
+        assert fell == (0, 0), d
+    elif variant == "server":
+        assert d["fallback_tcp_client"] >= n and d["connects"] == 0, d
+    elif variant == "client":
+        assert d["fallback_no_listener"] >= n, d
+        assert d["connects"] == 0 and d["accepts"] == 0, d
+    else:
+        assert d["redirected"] == 0 and d["connects"] == 0, d
+        assert fell == (0, 0), d
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, timeout=30):
+    def up():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+    assert wait_for(up, timeout), f"nothing listens on {port}"
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def need(*programs):
+    missing = [p for p in programs if not shutil.which(p)]
+    if missing:
+        pytest.fail(f"not installed: {missing} (scripts/install-deps)")
+
+
+# ---- the socket API answers as TCP's ---------------------------------------
+
+def probe(sd, *args):
+    out = subprocess.run(under(sd, [sys.executable, PROBE, *args]),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_answers_as_tcp(no_leak):
+    """Every answer a probe of v4 and v6 sockets gets is TCP's, while the
+    sockets underneath are AF_SD (the one thing it may tell apart)."""
+    plain, redir = probe(False, "answers"), probe(True, "answers")
+    for fam, want in (("v4", socket.AF_INET), ("v6", socket.AF_INET6)):
+        for key in ("redirected", "listener redirected", "accepted redirected"):
+            # TCP's own error for an unknown level (IPv4 and IPv6 differ).
+            assert plain[fam].pop(key) in ("EOPNOTSUPP", "ENOTSUP",
+                                           "ENOPROTOOPT")
+            assert redir[fam].pop(key) == want, (fam, key)
+    assert plain == redir
+    assert plain["v4"]["domain"] == socket.AF_INET
+    assert plain["v4"]["recv"] == "ping" and plain["v6"]["eof"] == ""
+
+
+def test_redirect_off_gives_real_sockets():
+    SYSCTL.write_text("0\n")
+    d = Delta()
+    answers = probe(True, "answers")
+    assert answers["v4"]["redirected"] in ("EOPNOTSUPP", "ENOTSUP")
+    assert d()["redirected"] == 0
+    SYSCTL.write_text("1\n")
+    answers = probe(True, "answers")
+    assert answers["v4"]["redirected"] == socket.AF_INET
+    assert d()["redirected"] >= 4
+
+
+def test_bad_redirect_sysctl_rejected():
+    for bad in ("2", "-1", "x"):
+        with pytest.raises(OSError):
+            SYSCTL.write_text(bad + "\n")
+    assert SYSCTL.read_text().strip() == "1"
+
+
+# ---- fallback: the matrix, with an asyncio echo server and client ------------
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_asyncio_echo(variant, sd_server, sd_client, no_leak):
+    port = free_tcp_port()
+    srv = subprocess.Popen(under(sd_server, [sys.executable, PROBE, "echod",
+                                             str(port)]),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        d = Delta()
+        out = probe(sd_client, "echo", str(port), "40")
+        assert out["bytes"] == sum(len(f"{c}:{i}:") + i * 37 % 3000 + 1
+                                   for c in range(4) for i in range(40))
+        check_transport(d(), variant, 4)
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=30)
+    assert srv.returncode == 0
+
+
+def test_epoll_entry_made_before_fallback(no_leak):
+    """A fallback changes what the descriptor is; an epoll entry made before
+    the connect must still be woken (forwarded from the TCP socket)."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    port = lst.getsockname()[1]
+    d = Delta()
+    cli = subprocess.Popen(under(True, [sys.executable, PROBE, "epoll",
+                                        str(port)]),
+                           stdout=subprocess.PIPE, text=True)
+    conn, _ = lst.accept()
+    assert conn.recv(100) == b"over epoll"
+    conn.sendall(b"back")
+    out, _ = cli.communicate(timeout=30)
+    res = json.loads(out)
+    assert res == {"connect": "EINPROGRESS", "woken": True, "reply": "back",
+                   "domain": socket.AF_INET}
+    assert d()["fallback_no_listener"] == 1
+    conn.close()
+    lst.close()
+
+
+def test_policy_rule_sends_over_tcp(no_leak):
+    """sdctl rules add tcp: a redirected client falls back (reason policy)
+    even to a redirected listener, which takes it as a TCP client."""
+    port = free_tcp_port()
+    subprocess.run([SDCTL, "rules", "add", "tcp", "rport", str(port)],
+                   check=True, capture_output=True)
+    d = Delta()
+    srv = subprocess.Popen(under(True, [sys.executable, PROBE, "echod",
+                                        str(port)]),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert srv.stdout.readline().strip() == "ready"
+        probe(True, "echo", str(port), "5")
+        got = d()
+        assert got["fallback_policy"] == 4 and got["connects"] == 0, got
+        assert got["fallback_tcp_client"] == 4, got
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=30)
+    # A tcp rule is a connect rule only.
+    bad = subprocess.run([SDCTL, "rules", "add", "tcp", "dir", "bind"],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "connect" in bad.stderr
+
+
+def test_sockets_show_transport_and_reason(no_leak):
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    port = lst.getsockname()[1]
+    code = ("import socket,sys,time; c=socket.create_connection(("
+            f"'127.0.0.1',{port})); c.sendall(b'x'*1000); print('up',flush=True);"
+            " sys.stdin.read()")
+    cli = subprocess.Popen(under(True, [sys.executable, "-c", code]),
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           text=True)
+    try:
+        assert cli.stdout.readline().strip() == "up"
+        conn, _ = lst.accept()
+        assert len(conn.recv(1000, socket.MSG_WAITALL)) == 1000
+        socks = json.loads(subprocess.run([SDCTL, "--json", "sockets"],
+                                          check=True, capture_output=True,
+                                          text=True).stdout)
+        mine = [s for s in socks if s["peer"].endswith(f":{port}")]
+        assert len(mine) == 1, socks
+        assert mine[0]["transport"] == "tcp"
+        assert mine[0]["fallback"] == "no_listener"
+        assert mine[0]["state"] == "ESTAB"
+        assert mine[0]["tx_bytes"] >= 1000
+    finally:
+        cli.stdin.close()
+        cli.wait(timeout=30)
+        lst.close()
+
+
+def test_socket_passed_between_processes(no_leak):
+    """A redirected connection (shm) passed over SCM_RIGHTS keeps working
+    in the receiving process, which is under sdrun too."""
+    code = r"""
+import array, os, socket, sys
+lst = socket.socket(); lst.bind(("127.0.0.1", 0)); lst.listen(1)
+c = socket.create_connection(lst.getsockname()); s, _ = lst.accept()
+a, b = socket.socketpair(socket.AF_UNIX)
+if os.fork() == 0:
+    msg, anc, _, _ = b.recvmsg(10, socket.CMSG_SPACE(4))
+    fd = array.array("i", anc[0][2])[0]
+    t = socket.socket(fileno=fd)
+    t.sendall(t.recv(100).upper())
+    os._exit(0)
+a.sendmsg([b"f"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [s.fileno()]))])
+s.close()
+c.sendall(b"passed")
+print(c.recv(100).decode(), c.getsockopt(0x5344, 3))
+os.wait()
+"""
+    d = Delta()
+    out = subprocess.run(under(True, [sys.executable, "-c", code]),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["PASSED", str(int(socket.AF_INET))]
+    assert d()["connects"] == 1
+
+
+# ---- real programs -------------------------------------------------------------
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_redis(variant, sd_server, sd_client, tmp_path, no_leak):
+    need("redis-server", "redis-cli", "redis-benchmark")
+    port = free_tcp_port()
+    srv = subprocess.Popen(under(sd_server, [
+        "redis-server", "--port", str(port), "--save", "", "--appendonly",
+        "no", "--dir", str(tmp_path), "--logfile", str(tmp_path / "log")]))
+    try:
+        wait_port(port)
+        d = Delta()	# wait_port's own probes are plain TCP clients
+        cli = ["redis-cli", "-p", str(port)]
+        run = lambda *a: subprocess.run(under(sd_client, cli + list(a)),  # noqa: E731
+                                        capture_output=True, text=True,
+                                        timeout=60, check=True).stdout.strip()
+        assert run("set", "greeting", "hello world") == "OK"
+        for pipeline in ("1", "16"):
+            out = subprocess.run(under(sd_client, [
+                "redis-benchmark", "-p", str(port), "-n", "1000", "-c", "4",
+                "-P", pipeline, "-t", "set,get,incr", "-q"]),
+                capture_output=True, text=True, timeout=120, check=True)
+            assert "GET:" in out.stdout and "SET:" in out.stdout, out.stdout
+        assert run("get", "greeting") == "hello world"
+        assert run("set", "n", "0") == "OK"
+        for _ in range(5):
+            run("incr", "n")
+        assert run("get", "n") == "5"
+        check_transport(d(), variant, 8)
+    finally:
+        stop(srv)
+
+
+NGINX_CONF = """
+user root;
+worker_processes 3;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {dir}/www;
+    }}
+}}
+"""
+
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_nginx(variant, sd_server, sd_client, tmp_path, no_leak):
+    need("nginx", "curl", "wrk")
+    port = free_tcp_port()
+    (tmp_path / "www").mkdir()
+    body = os.urandom(100_000).hex()
+    (tmp_path / "www" / "index.html").write_text("hello from nginx\n")
+    (tmp_path / "www" / "big.txt").write_text(body)
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=tmp_path, port=port))
+    srv = subprocess.Popen(under(sd_server, ["nginx", "-c", str(conf),
+                                             "-e", str(tmp_path / "error.log")]))
+    try:
+        wait_port(port)
+        d = Delta()	# wait_port's own probes are plain TCP clients
+        base = f"http://127.0.0.1:{port}"
+        get = lambda path: subprocess.run(  # noqa: E731
+            under(sd_client, ["curl", "-sS", "--fail", base + path]),
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        assert get("/") == "hello from nginx\n"
+        assert get("/big.txt") == body
+        out = subprocess.run(under(sd_client, [
+            "wrk", "-t", "2", "-c", "8", "-d", "2s", base + "/"]),
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        assert "Requests/sec" in out and "Socket errors" not in out, out
+        check_transport(d(), variant, 8)
+    finally:
+        stop(srv)
+
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_iperf3(variant, sd_server, sd_client, no_leak):
+    need("iperf3")
+    port = free_tcp_port()
+    d = Delta()
+    srv = subprocess.Popen(under(sd_server, ["iperf3", "-s", "-1", "-p",
+                                             str(port)]),
+                           stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        out = subprocess.run(under(sd_client, [
+            "iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "1", "-J"]),
+            capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        res = json.loads(out.stdout)
+        sent = res["end"]["sum_sent"]["bytes"]
+        got = res["end"]["sum_received"]["bytes"]
+        assert sent > 0 and got == sent, (sent, got)
+        check_transport(d(), variant, 2)
+        srv.wait(timeout=30)
+        assert srv.returncode == 0
+    finally:
+        stop(srv)
+
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_sockperf(variant, sd_server, sd_client, no_leak):
+    need("sockperf")
+    port = free_tcp_port()
+    srv = subprocess.Popen(under(sd_server, ["sockperf", "server", "--tcp",
+                                             "-i", "127.0.0.1", "-p",
+                                             str(port)]),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port)
+        d = Delta()
+        for mode in ("ping-pong", "throughput"):
+            out = subprocess.run(under(sd_client, [
+                "sockperf", mode, "--tcp", "-i", "127.0.0.1", "-p", str(port),
+                "-t", "1", "-m", "64"]),
+                capture_output=True, text=True, timeout=120)
+            text = out.stdout + out.stderr
+            assert out.returncode == 0, text
+            assert "Summary:" in text and "ERROR" not in text, text
+        check_transport(d(), variant, 2)
+    finally:
+        stop(srv)
+
+
+@pytest.fixture(scope="module")
+def pg_cluster():
+    """An initialised PostgreSQL data directory owned by postgres."""
+    need("pgbench")
+    bindir = pathlib.Path("/usr/lib/postgresql/15/bin")
+    if not (bindir / "initdb").exists():
+        pytest.fail("PostgreSQL 15 is not installed (scripts/install-deps)")
+    # Not under pytest's own folder, which only root may enter.
+    base = pathlib.Path(tempfile.mkdtemp(prefix="sd-pg-", dir="/tmp"))
+    os.chmod(base, 0o777)
+    data = base / "data"
+    subprocess.run(["runuser", "-u", "postgres", "--", str(bindir / "initdb"),
+                    "-D", str(data), "-A", "trust", "-U", "postgres",
+                    "--no-sync"], check=True, capture_output=True, timeout=600)
+    yield bindir, base, data
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("variant,sd_server,sd_client", VARIANTS,
+                         ids=VARIANT_IDS)
+def test_postgres_pgbench(variant, sd_server, sd_client, pg_cluster, no_leak):
+    bindir, base, data = pg_cluster
+    port = free_tcp_port()
+    sockdir = base / f"sock-{variant}"
+    sockdir.mkdir()
+    os.chmod(sockdir, 0o777)
+    srv = subprocess.Popen(["runuser", "-u", "postgres", "--"] + under(
+        sd_server, [str(bindir / "postgres"), "-D", str(data), "-p", str(port),
+                    "-c", "listen_addresses=127.0.0.1",
+                    "-c", f"unix_socket_directories={sockdir}",
+                    "-c", "fsync=off"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, 120)
+        d = Delta()
+        pg = ["runuser", "-u", "postgres", "--"]
+        common = ["-h", "127.0.0.1", "-p", str(port), "-U", "postgres"]
+        subprocess.run(pg + under(sd_client, [str(bindir / "pgbench"), "-i",
+                                              "-s", "1", "-q"] + common +
+                                  ["postgres"]),
+                       check=True, capture_output=True, timeout=300)
+        out = subprocess.run(pg + under(sd_client, [
+            str(bindir / "pgbench"), "-n", "-c", "3", "-t", "30", "-C"] +
+            common + ["postgres"]), capture_output=True, text=True,
+            timeout=300, check=True).stdout
+        assert "number of transactions actually processed: 90/90" in out, out
+        rows = subprocess.run(pg + under(sd_client, [
+            str(bindir / "psql"), "-At", "-c",
+            "select count(*) from pgbench_accounts"] + common + ["postgres"]),
+            capture_output=True, text=True, timeout=120, check=True).stdout
+        assert rows.strip() == "100000"
+        check_transport(d(), variant, 90)
+    finally:
+        stop(srv)
