@@ -608,15 +608,29 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 		release_sock(sock->sk);
 		return 0;
 	}
-	if (ss->redirected && level != SOL_SD) {
-		/* TCP's options are TCP's (sd_tcp.c); AF_SD notes one. */
-		err = sd_tcp_setsockopt(sock->sk, level, optname, optval,
-					optlen);
-		if (!err && level == SOL_TCP && optname == TCP_NODELAY &&
-		    !copy_from_sockptr(&val, optval, sizeof(val)))
-			WRITE_ONCE(ss->nodelay, !!val);
+	/*
+	 * TCP's options are TCP's (sd_tcp.c), except TCP_NODELAY: nearly every
+	 * server sets it on every connection, and it needs no TCP socket.  It
+	 * is kept here, and given to the TCP socket if there is one (and by
+	 * sd_tcp_get() to one made later).
+	 */
+	if (ss->redirected && level == SOL_TCP && optname == TCP_NODELAY) {
+		if (optlen < sizeof(int))
+			return -EINVAL;
+		if (copy_from_sockptr(&val, optval, sizeof(val)))
+			return -EFAULT;
+		lock_sock(sock->sk);
+		WRITE_ONCE(ss->nodelay, !!val);
+		err = !ss->tcp ? 0 :
+		      ss->tcp->ops->setsockopt(ss->tcp, SOL_TCP, TCP_NODELAY,
+					       KERNEL_SOCKPTR(&val),
+					       sizeof(val));
+		release_sock(sock->sk);
 		return err;
 	}
+	if (ss->redirected && level != SOL_SD)
+		return sd_tcp_setsockopt(sock->sk, level, optname, optval,
+					 optlen);
 	if (level != SOL_TCP)
 		return -ENOPROTOOPT;
 
@@ -673,7 +687,9 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 					    optlen);
 	if (level == SOL_SD && optname == SD_MMAP_OFFSETS)
 		return sd_get_mmap_offsets(sk, optval, optlen);
-	if (level != SOL_SD && sd_sk(sk)->redirected)
+	/* TCP_NODELAY is kept here (sd_setsockopt()), the rest by TCP. */
+	if (level != SOL_SD && sd_sk(sk)->redirected &&
+	    !(level == SOL_TCP && optname == TCP_NODELAY))
 		return sd_tcp_getsockopt(sk, level, optname, optval, optlen);
 	if (level == SOL_SD && optname == SD_REUSEPORT)
 		val = sk->sk_reuseport;

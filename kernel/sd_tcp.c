@@ -72,6 +72,9 @@ int sd_tcp_get(struct sock *sk, struct socket **tcp)
 			ss->tcp = NULL;
 			return err;
 		}
+		/* Set before there was a TCP socket (sd_setsockopt()). */
+		if (ss->nodelay)
+			tcp_sock_set_nodelay(ss->tcp->sk);
 	}
 	*tcp = ss->tcp;
 	return 0;

@@ -978,6 +978,42 @@ def scm_rights_passing(t, f):
 
 
 @scenario
+def fd_limit_reached(t, f):
+    """RLIMIT_NOFILE reached: socket() and accept() fail with EMFILE, the
+    connection stays queued and is accepted once a descriptor is free, and
+    the sockets already open keep working."""
+    import resource
+    lst, port = f.listener()
+    c, s, _ = f.pair()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fillers = []
+    try:
+        nfd = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nfd + 8, hard))
+        while True:
+            try:
+                fillers.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError as e:
+                t.log("filling stops with", errname(e.errno))
+                break
+        t.call("socket at the limit", lambda: f.socket().fileno())
+        os.close(fillers.pop())
+        waiting = f.socket()
+        t.log("connect", f.connect(waiting, "127.0.0.1", port))
+        t.call("accept at the limit", lambda: f.accept(lst))
+        c.sendall(b"still")
+        t.call("old pair works", s.recv, 100)
+        os.close(fillers.pop())
+        got = f.accept(lst)
+        waiting.sendall(b"queued one")
+        t.call("accepted after a close", got.recv, 100)
+    finally:
+        for fd in fillers:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@scenario
 def close_on_exec(t, f):
     lst, port = f.listener()
     keep = f.socket()

@@ -27,7 +27,7 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "denied_bind", "backlog_full", "resets", "corrupt", "wakeups",
          "takeovers", "fallback_no_listener", "fallback_peer_no_sd",
          "fallback_no_rdma", "fallback_handshake", "fallback_policy",
-         "fallback_tcp_client"]
+         "fallback_tcp_client", "fallback_remote", "redirected"]
 SETTINGS = ["default_policy", "port_range", "redirect", "ring_size",
             "ring_size_max"]
 
