@@ -354,8 +354,9 @@ bool sd_rx_unread(struct sd_sock *ss);
 int sd_tcp_get(struct sock *sk, struct socket **tcp);
 struct socket *sd_tcp_sock(const struct sock *sk);
 void sd_tcp_sync(struct sock *sk);
+int sd_tcp_name(struct socket *tcp, bool peer, struct sd_addr *a);
 int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
-		__be16 *port);
+		struct sd_addr *a);
 int sd_tcp_listen(struct sock *sk, int backlog);
 void sd_tcp_listen_stop(struct sock *sk);
 bool sd_tcp_accept_ready(const struct sock *sk);

@@ -330,24 +330,13 @@ static int sd_bind_redirected(struct sock *sk, struct sockaddr *uaddr,
 			      int addr_len)
 {
 	struct sd_sock *ss = sd_sk(sk);
-	struct sockaddr_storage st;
-	struct sd_addr a = {};
+	struct sd_addr a;
 	int err;
 
 	if (ss->bound || ss->conn || sk->sk_state != TCP_CLOSE)
 		return -EINVAL;
-	err = sd_tcp_bind(sk, uaddr, addr_len, &a.port);
-	if (err)
-		return err;
-	err = kernel_getsockname(ss->tcp, (struct sockaddr *)&st);
-	if (err < 0)
-		return err;
-	if (st.ss_family == AF_INET)
-		ipv6_addr_set_v4mapped(((struct sockaddr_in *)&st)->sin_addr.s_addr,
-				       &a.addr);
-	else
-		a.addr = ((struct sockaddr_in6 *)&st)->sin6_addr;
-	return sd_bind_tcp_port(sk, &a);
+	err = sd_tcp_bind(sk, uaddr, addr_len, &a);
+	return err ? err : sd_bind_tcp_port(sk, &a);
 }
 
 int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
@@ -458,19 +447,17 @@ int sd_listen(struct socket *sock, int backlog)
 	if (!ss->bound && ss->redirected) {
 		struct sockaddr_in6 any6 = { .sin6_family = AF_INET6 };
 		struct sockaddr_in any4 = { .sin_family = AF_INET };
-		struct sd_addr any = {};
+		struct sd_addr any;
 
 		/* As TCP's listen: a port of TCP's choosing, any address. */
 		if (ss->redirected == AF_INET)
 			err = sd_tcp_bind(sk, (struct sockaddr *)&any4,
-					  sizeof(any4), &any.port);
+					  sizeof(any4), &any);
 		else
 			err = sd_tcp_bind(sk, (struct sockaddr *)&any6,
-					  sizeof(any6), &any.port);
+					  sizeof(any6), &any);
 		if (err)
 			goto out;
-		if (ss->family == AF_INET)
-			ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &any.addr);
 		err = sd_bind_tcp_port(sk, &any);
 		if (err)
 			goto out;
@@ -964,8 +951,7 @@ static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_net *sn = sd_net(sock_net(sk));
-	struct sockaddr_storage st;
-	struct sd_addr local = {};
+	struct sd_addr local;
 	struct socket *tcp;
 	int err;
 
@@ -980,16 +966,8 @@ static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 		return err;
 
 	/* Into the table, for sdctl: the addresses are TCP's. */
-	if (kernel_getsockname(tcp, (struct sockaddr *)&st) < 0)
+	if (sd_tcp_name(tcp, false, &local))
 		return err;
-	if (st.ss_family == AF_INET) {
-		ipv6_addr_set_v4mapped(((struct sockaddr_in *)&st)->sin_addr.s_addr,
-				       &local.addr);
-		local.port = ((struct sockaddr_in *)&st)->sin_port;
-	} else {
-		local.addr = ((struct sockaddr_in6 *)&st)->sin6_addr;
-		local.port = ((struct sockaddr_in6 *)&st)->sin6_port;
-	}
 	lock_sock(sk);
 	spin_lock(&sn->bind_lock);
 	ss->peer = *dst;

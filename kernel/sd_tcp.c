@@ -115,32 +115,40 @@ void sd_tcp_sync(struct sock *sk)
 		sock_set_keepalive(tsk);
 }
 
-/* Parse a TCP socket's address into @a (IPv4 as v4-mapped). */
-static void sd_tcp_addr(const struct sockaddr_storage *st, struct sd_addr *a)
+/*
+ * A TCP socket's own (or, with @peer, its peer's) address as an sd_addr,
+ * IPv4 as v4-mapped.  0 or TCP's error.
+ */
+int sd_tcp_name(struct socket *tcp, bool peer, struct sd_addr *a)
 {
-	const struct sockaddr_in *sin = (const void *)st;
-	const struct sockaddr_in6 *sin6 = (const void *)st;
+	struct sockaddr_storage st;
+	const struct sockaddr_in *sin = (const void *)&st;
+	const struct sockaddr_in6 *sin6 = (const void *)&st;
+	int err;
 
+	err = peer ? kernel_getpeername(tcp, (struct sockaddr *)&st) :
+		     kernel_getsockname(tcp, (struct sockaddr *)&st);
+	if (err < 0)
+		return err;
 	memset(a, 0, sizeof(*a));
-	if (st->ss_family == AF_INET) {
+	if (st.ss_family == AF_INET) {
 		ipv6_addr_set_v4mapped(sin->sin_addr.s_addr, &a->addr);
 		a->port = sin->sin_port;
-	} else if (st->ss_family == AF_INET6) {
+	} else {
 		a->addr = sin6->sin6_addr;
 		a->port = sin6->sin6_port;
 	}
+	return 0;
 }
 
 /*
- * Bind the TCP socket to @uaddr (the program's address) and return its
- * port: TCP picks one for port 0, and TCP's checks and errors are the ones
- * the program sees.  Called with @sk locked.
+ * Bind the TCP socket to @uaddr (the program's address) and return the
+ * address it got in @a: TCP picks the port for port 0, and TCP's checks
+ * and errors are the ones the program sees.  Called with @sk locked.
  */
 int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
-		__be16 *port)
+		struct sd_addr *a)
 {
-	struct sockaddr_storage st;
-	struct sd_addr a;
 	struct socket *tcp;
 	int err;
 
@@ -149,14 +157,7 @@ int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
 		return err;
 	sd_tcp_sync(sk);
 	err = kernel_bind(tcp, uaddr, len);
-	if (err)
-		return err;
-	err = kernel_getsockname(tcp, (struct sockaddr *)&st);
-	if (err < 0)
-		return err;
-	sd_tcp_addr(&st, &a);
-	*port = a.port;
-	return 0;
+	return err ? err : sd_tcp_name(tcp, false, a);
 }
 
 /* The AF_SD listener of a TCP listener, under sk_callback_lock. */
@@ -372,16 +373,14 @@ void sd_tcp_adopt(struct sock *child, struct socket *newtcp,
 		  const struct sock *lsk)
 {
 	struct sd_sock *cs = sd_sk(child);
-	struct sockaddr_storage st;
 
 	cs->redirected = sd_sk(lsk)->redirected;
 	cs->family = sd_sk(lsk)->family;
 	cs->tcp = newtcp;
 	cs->fallback = SD_FALLBACK_TCP_CLIENT;
-	if (kernel_getsockname(newtcp, (struct sockaddr *)&st) >= 0)
-		sd_tcp_addr(&st, &cs->local);
-	if (kernel_getpeername(newtcp, (struct sockaddr *)&st) >= 0)
-		sd_tcp_addr(&st, &cs->peer);
+	/* For sdctl only: a failure leaves the address zero. */
+	sd_tcp_name(newtcp, false, &cs->local);
+	sd_tcp_name(newtcp, true, &cs->peer);
 	/* Nothing can have seen the child yet: no ordering needed. */
 	cs->use_tcp = true;
 }

@@ -1,5 +1,6 @@
 """Shared fixtures of the integration suite, which runs inside the test VM
 (tests/vm/run) with af_sd.ko loaded."""
+import contextlib
 import json
 import os
 import pathlib
@@ -32,6 +33,27 @@ def run_json(*args, check=True, timeout=120):
     if check and out.returncode != 0:
         raise AssertionError(f"{args} exited {out.returncode}: {out.stderr}")
     return [json.loads(line) for line in out.stdout.splitlines() if line]
+
+
+REDIRECT = pathlib.Path("/proc/sys/net/sd/redirect")
+
+
+@contextlib.contextmanager
+def redirect(value=1):
+    """net.sd.redirect set to value for the block, then as it was."""
+    old = REDIRECT.read_text()
+    REDIRECT.write_text(f"{value}\n")
+    try:
+        yield
+    finally:
+        REDIRECT.write_text(old)
+
+
+@pytest.fixture
+def redirect_on():
+    """Redirection on (libsd's socket() makes AF_SD ones) for the test."""
+    with redirect():
+        yield
 
 
 def kernel_log():

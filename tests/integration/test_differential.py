@@ -12,27 +12,22 @@ import sys
 
 import pytest
 
+from conftest import redirect
 from scenarios import SCENARIOS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 SDRUN = os.path.join(TOP, "build", "user", "lib", "shim", "sdrun")
 TRANSPORTS = ("tcp", "sd", "libsd", "redirect")
-REDIRECT = "/proc/sys/net/sd/redirect"
 
 # scenario -> {row label: reason}: rows whose values may differ.
 DIFFERENCES = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
-def redirect_on():
-    with open(REDIRECT) as f:
-        old = f.read()
-    with open(REDIRECT, "w") as f:
-        f.write("1\n")
-    yield
-    with open(REDIRECT, "w") as f:
-        f.write(old)
+def redirect_for_module():
+    with redirect():
+        yield
 
 
 def run(name, transport):

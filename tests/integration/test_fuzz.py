@@ -24,24 +24,12 @@ SDRUN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "build", "user", "lib", "shim", "sdrun")
 
 
-@pytest.fixture
-def redirect_on():
-    """The fuzzer makes redirected sockets too (SD_PROTO_INET*)."""
-    path = "/proc/sys/net/sd/redirect"
-    with open(path) as f:
-        old = f.read()
-    with open(path, "w") as f:
-        f.write("1\n")
-    yield
-    with open(path, "w") as f:
-        f.write(old)
-
-
 @pytest.mark.parametrize("libsd", [False, True], ids=["syscalls", "libsd"])
 def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak):
     """Under sdrun the same calls also go through libsd, whose rings the
     fuzzer scribbles on and closes under other threads: no process of
-    it may die of a signal.  Each run gets half of SD_FUZZ_SECONDS."""
+    it may die of a signal.  Each run gets half of SD_FUZZ_SECONDS.
+    Redirection is on: the fuzzer makes redirected sockets too."""
     seed = int(os.environ.get("SD_FUZZ_SEED", random.SystemRandom().getrandbits(48)))
     print(f"sd_fuzz seed {seed}")
     secs = max(1, SECONDS // 2)

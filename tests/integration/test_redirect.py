@@ -17,14 +17,14 @@ import time
 
 import pytest
 
-from conftest import AF_SD, TOP, wait_for
+from conftest import AF_SD, REDIRECT, TOP, redirect, wait_for
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
 PROBE = str(HERE / "redirect_probe.py")
-SYSCTL = pathlib.Path("/proc/sys/net/sd/redirect")
+SYSCTL = REDIRECT
 SOL_SD, SD_REUSEPORT, SD_REDIRECTED = 0x5344, 2, 3
 
 # (name, server under sdrun, client under sdrun)
@@ -34,12 +34,10 @@ VARIANT_IDS = [v[0] for v in VARIANTS]
 
 
 @pytest.fixture(autouse=True)
-def redirect_on():
-    old = SYSCTL.read_text()
-    SYSCTL.write_text("1\n")
+def redirect_and_no_rules():
     subprocess.run([SDCTL, "rules", "flush"], check=True)
-    yield
-    SYSCTL.write_text(old)
+    with redirect():
+        yield
     subprocess.run([SDCTL, "rules", "flush"], check=True)
 
 
