@@ -210,7 +210,8 @@ struct sd_rec {
 
 #define SD_REC_VALID		(1U << 0)	/* the record is complete */
 #define SD_REC_PAD		(1U << 1)	/* skip to the end of the area */
-#define SD_REC_FLAGS_MASK	(SD_REC_VALID | SD_REC_PAD)
+#define SD_REC_ZC		(1U << 2)	/* pages handed over, see below */
+#define SD_REC_FLAGS_MASK	(SD_REC_VALID | SD_REC_PAD | SD_REC_ZC)
 
 /*
  * A consumer accepts only these headers at offset off (anything else is a
@@ -219,6 +220,8 @@ struct sd_rec {
  *   - a data record (no SD_REC_PAD) has len > 0 and
  *     off + SD_REC_SPACE(len) <= size;
  *   - a pad record has off + SD_REC_SPACE(len) == size exactly;
+ *   - a zero-copy record (SD_REC_ZC, never with SD_REC_PAD) has
+ *     len == sizeof(struct sd_zc_rec), and its rec.len is 1 to SD_ZC_MAX;
  *   - the record ends within credit + size (the producer cannot have
  *     written further).
  * Flag words (prod_flags, cons_flags) are changed only with atomic
@@ -240,6 +243,74 @@ struct sd_rec {
 /* Bounds of a ring's data area (per-netns sysctls pick inside them). */
 #define SD_RING_MIN_SIZE	4096U
 #define SD_RING_MAX_SIZE	(64U << 20)
+
+/*
+ * Zero copy (Documentation/zerocopy.rst).
+ *
+ * Pools.  mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+ * SD_PGOFF_POOL << page shift) on any AF_SD socket makes a page pool: memory
+ * that behaves like shared anonymous memory of the calling process (pages
+ * appear zeroed on first touch; a fork gives the child a copy-on-write
+ * copy, as for private memory), but whose pages the kernel may hand to
+ * another process without copying.  len is a multiple of the page size, at
+ * most SD_POOL_MAX_LEN.  Each mmap call makes a new pool.
+ *
+ * Sending.  ioctl(fd, SD_IOC_ZC_SEND, &zs) on a connected socket takes the
+ * zs.len bytes at zs.addr (page-aligned, whole pages, inside one pool
+ * mapping of the caller, zs.len at most SD_ZC_MAX) and queues their pages
+ * on the connection: the caller's pages become copy-on-write, so the bytes
+ * queued are those of the moment of the call whatever the caller does
+ * next.  It returns 0 and a handle in zs.seq; the caller, as the producer,
+ * then writes a record with flags SD_REC_VALID | SD_REC_ZC whose payload is
+ * a struct sd_zc_rec with that seq and len.  The record stands for len
+ * bytes of the stream.  Errors: EINVAL (not pool memory, misaligned, too
+ * long), ENOBUFS (the connection has SD_ZC_QUEUE_MAX bytes queued; send
+ * by copying), ENOTCONN, EPIPE.
+ *
+ * Receiving.  A consumer that meets an SD_REC_ZC record at its head, with
+ * off bytes of it already taken, calls ioctl(fd, SD_IOC_ZC_RECV, &zr)
+ * with zr.seq and zr.off from the record and its position, zr.addr and
+ * zr.len the buffer.  The kernel places up to zr.len bytes of the record
+ * from off on at zr.addr, remapping whole pages where both sides are
+ * page-aligned and zr.addr is in a pool of the caller, and copying the
+ * rest; it returns the number of bytes placed (zr.remapped: of them, those
+ * remapped).  When the record is done (off plus the bytes placed equals its
+ * len) its pages are released and the consumer consumes the record as
+ * usual.  SD_ZC_PEEK copies without consuming.  A handle that is not the
+ * connection's next one is EPROTO and resets the connection; handles are
+ * per connection and used once, so a peer that forges, replays or drops
+ * one hurts only this connection.
+ */
+#define SD_PGOFF_POOL		0x40000000ULL
+#define SD_POOL_MAX_LEN		(64ULL << 30)
+#define SD_ZC_MAX		(16U << 20)	/* bytes per zero-copy record */
+#define SD_ZC_QUEUE_MAX		(64U << 20)	/* bytes queued per direction */
+
+struct sd_zc_rec {
+	__u64 seq;		/* the handle SD_IOC_ZC_SEND returned */
+	__u32 len;		/* bytes of the stream it stands for */
+	__u32 pad;		/* 0 */
+};
+
+struct sd_zc_send {
+	__u64 addr;		/* in: page-aligned address in a pool */
+	__u64 len;		/* in: whole pages, at most SD_ZC_MAX */
+	__u64 seq;		/* out: the record's handle */
+};
+
+#define SD_ZC_PEEK		(1U << 0)
+
+struct sd_zc_recv {
+	__u64 seq;		/* in: the record's handle */
+	__u64 addr;		/* in: where to put the bytes */
+	__u32 off;		/* in: bytes of the record already taken */
+	__u32 len;		/* in: room at addr */
+	__u32 flags;		/* in: SD_ZC_PEEK */
+	__u32 remapped;		/* out: bytes placed by remapping */
+};
+
+#define SD_IOC_ZC_SEND		_IOWR('S', 0xD4, struct sd_zc_send)
+#define SD_IOC_ZC_RECV		_IOWR('S', 0xD5, struct sd_zc_recv)
 
 /*
  * Generic netlink family "sd" (version 1): the monitor's control plane.
@@ -416,6 +487,11 @@ enum sd_stat {
 	SD_STAT_FALLBACK_TCP_CLIENT,
 	SD_STAT_FALLBACK_REMOTE,
 	SD_STAT_REDIRECTED,	/* redirected sockets created */
+	SD_STAT_ZC_SENDS,	/* zero-copy records queued */
+	SD_STAT_ZC_PAGES,	/* pages they handed over */
+	SD_STAT_ZC_REMAPPED,	/* pages remapped into a receiver */
+	SD_STAT_ZC_COPIED,	/* bytes of them a receiver got by copying */
+	SD_STAT_ZC_COW,		/* pool pages copied on write */
 	__SD_STAT_MAX,
 };
 
