@@ -41,6 +41,20 @@
 struct sd_group;
 
 /*
+ * Pages handed over by zero-copy sends on one ring, in record order
+ * (sd_zc.c).  The producer appends; consumers, one at a time (cons_lock),
+ * take from the front.
+ */
+struct sd_zc_queue {
+	struct mutex		cons_lock;	/* one consumer at a time */
+	spinlock_t		lock;		/* entries, seq, queued */
+	wait_queue_head_t	wait;		/* producers waiting for room */
+	struct list_head	entries;	/* struct sd_zc_entry */
+	u64			seq;		/* last handle given out */
+	u32			queued;		/* bytes in entries */
+};
+
+/*
  * The kernel's view of one ring.  hdr and data point into the vmap of the
  * ring's pages, which user space may write at any time: read every shared
  * field once, and check it.
@@ -69,6 +83,8 @@ struct sd_ring {
 	struct pid	*prod_owner;
 	struct pid	*cons_owner;
 	u32		token_seq;	/* under conn->lock */
+
+	struct sd_zc_queue zq;		/* zero-copy pages, this direction */
 };
 
 /*
@@ -282,6 +298,7 @@ struct sd_net {
 	int			ring_size_max;
 	int			default_policy;	/* SD_ACTION_ALLOW or _DENY */
 	int			redirect;
+	int			zerocopy_threshold;	/* bytes; 0: off */
 	struct ctl_table_header	*sysctl_hdr;
 };
 
@@ -301,8 +318,8 @@ void sd_ring_free(struct sd_ring *ring);
 struct sd_ring_hdr *sd_ring_hdr(const struct sd_ring *ring);
 int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 		  size_t *done);
-int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
-		 bool peek, size_t *done);
+int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
+		 size_t len, bool peek, size_t *done);
 int sd_ring_readable(struct sd_ring *ring, size_t *bytes);
 int sd_ring_space(struct sd_ring *ring, u32 *space);
 u32 sd_ring_space_hint(struct sd_ring *ring);
@@ -316,6 +333,15 @@ bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner);
 void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok);
 void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off);
 void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off);
+
+/* sd_zc.c: zero copy */
+void sd_zc_queue_init(struct sd_zc_queue *zq);
+void sd_zc_queue_purge(struct sd_zc_queue *zq);
+int sd_pool_mmap(struct sock *sk, struct vm_area_struct *vma);
+int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs);
+int sd_zc_recv(struct sock *sk, struct sd_ring *ring, struct sd_zc_recv *zr);
+int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
+	       u32 off, u32 want, struct iov_iter *to, bool peek, u32 *done);
 
 /* sd_conn.c: addresses, bind, listen, connect, accept, close */
 int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len);

@@ -310,8 +310,9 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 		/* Rule 5: end of stream is seen before the last look. */
 		smp_rmb();
 		if (!READ_ONCE(ss->conn->gone[ss->side])) {
-			err = sd_ring_read(sd_rx(ss), &msg->msg_iter,
-					   len - copied, peek, &n);
+			err = sd_ring_read(sd_rx(ss), sock_net(sk),
+					   &msg->msg_iter, len - copied, peek,
+					   &n);
 			if (err == -EPROTO) {
 				sd_conn_corrupt(sk);
 				if (!copied)
@@ -527,6 +528,52 @@ out:
 	return err;
 }
 
+/*
+ * SD_IOC_ZC_SEND and SD_IOC_ZC_RECV.  No socket lock: the zero-copy queue
+ * has its own, and the calls come from inside a libsd send or receive,
+ * which may hold the token of that side (the socket lock is not needed to
+ * drive a side one owns).  The connection is stable once seen.
+ */
+static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	/* Pairs with the release in sd_conn_establish(). */
+	struct sd_conn *conn = smp_load_acquire(&ss->conn);
+	struct sd_zc_recv zr;
+	int ret;
+
+	if (!conn)
+		return -ENOTCONN;
+	if (cmd == SD_IOC_ZC_SEND) {
+		struct sd_zc_send zs;
+
+		if (copy_from_user(&zs, arg, sizeof(zs)))
+			return -EFAULT;
+		if (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN ||
+		    READ_ONCE(conn->gone[!ss->side]))
+			return -EPIPE;
+		ret = sd_zc_send(sk, sd_tx(ss), &zs);
+		if (ret)
+			return ret;
+		return put_user(zs.seq, &((struct sd_zc_send __user *)arg)->seq);
+	}
+
+	if (copy_from_user(&zr, arg, sizeof(zr)))
+		return -EFAULT;
+	ret = sd_zc_recv(sk, sd_rx(ss), &zr);
+	if (ret == -EPROTO) {
+		lock_sock(sk);
+		if (!READ_ONCE(conn->gone[ss->side]))
+			sd_conn_corrupt(sk);
+		release_sock(sk);
+		return -ECONNRESET;
+	}
+	if (ret >= 0 &&
+	    put_user(zr.remapped, &((struct sd_zc_recv __user *)arg)->remapped))
+		return -EFAULT;
+	return ret;
+}
+
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 {
 	struct sock *sk = sock->sk;
@@ -541,6 +588,9 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	case SD_IOC_ACQUIRE:
 	case SD_IOC_RELEASE:
 		return sd_token_ioctl(sk, cmd, (void __user *)arg);
+	case SD_IOC_ZC_SEND:
+	case SD_IOC_ZC_RECV:
+		return sd_zc_ioctl(sk, cmd, (void __user *)arg);
 	case SD_IOC_WAKE: {
 		u32 dir;
 
@@ -726,6 +776,8 @@ int sd_mmap(struct file *file, struct socket *sock,
 
 	if (tcp)
 		return tcp->ops->mmap(file, tcp, vma);
+	if (off == SD_PGOFF_POOL)
+		return sd_pool_mmap(sock->sk, vma);
 	if (!conn)
 		return -ENOTCONN;
 	switch (off) {

@@ -203,6 +203,7 @@ static int __net_init sd_net_init(struct net *net)
 	sn->port_range[0] = 32768;
 	sn->port_range[1] = 60999;
 	sn->ring_size = 128 * 1024;
+	sn->zerocopy_threshold = 16 * 1024;
 	sn->ring_size_max = 4 * 1024 * 1024;
 	sn->default_policy = SD_ACTION_ALLOW;
 	return sd_sysctl_register(net, sn);

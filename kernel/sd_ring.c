@@ -70,6 +70,7 @@ int sd_ring_alloc(struct sd_ring *ring, u32 size)
 	unsigned int i;
 
 	memset(ring, 0, sizeof(*ring));
+	sd_zc_queue_init(&ring->zq);
 	if (!is_power_of_2(size) || size < SD_RING_MIN_SIZE ||
 	    size > SD_RING_MAX_SIZE)
 		return -EINVAL;
@@ -107,6 +108,7 @@ void sd_ring_free(struct sd_ring *ring)
 {
 	unsigned int i;
 
+	sd_zc_queue_purge(&ring->zq);
 	if (!ring->pages)
 		return;
 	vunmap(ring->vaddr);
@@ -281,7 +283,10 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 		return -EPROTO;
 	if (*len > ring->size - off - SD_REC_HDR_LEN)
 		return -EPROTO;
-	if (*flags & SD_REC_PAD) {
+	if (*flags & SD_REC_ZC) {
+		if (*flags & SD_REC_PAD || *len != sizeof(struct sd_zc_rec))
+			return -EPROTO;
+	} else if (*flags & SD_REC_PAD) {
 		if (off + SD_REC_SPACE(*len) != ring->size)
 			return -EPROTO;
 	} else if (!*len) {
@@ -294,6 +299,35 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 }
 
 /*
+ * The payload of the zero-copy record at @off: its handle and the stream
+ * bytes it stands for (1 to SD_ZC_MAX, else -EPROTO).  Read once.
+ */
+static int sd_zc_rec_get(struct sd_ring *ring, u32 off, u64 *seq, u32 *len)
+{
+	struct sd_zc_rec *zr = (void *)(ring->data + off + SD_REC_HDR_LEN);
+
+	*seq = READ_ONCE(zr->seq);
+	*len = READ_ONCE(zr->len);
+	return *len && *len <= SD_ZC_MAX ? 0 : -EPROTO;
+}
+
+/*
+ * Stream bytes of a checked record: its payload, or what a zero-copy
+ * record stands for.
+ */
+static int sd_rec_bytes(struct sd_ring *ring, u64 pos, u32 rlen, u32 rflags,
+			u32 *bytes)
+{
+	u64 seq;
+
+	if (!(rflags & SD_REC_ZC)) {
+		*bytes = rlen;
+		return 0;
+	}
+	return sd_zc_rec_get(ring, pos & (ring->size - 1), &seq, bytes);
+}
+
+/*
  * Consumer: copy up to len bytes of records to the iterator.  A read may
  * take part of a record; the rest stays for the next read.  With peek
  * nothing is consumed.  Consumed records are zeroed (the ring's invariant)
@@ -301,8 +335,8 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
  * set, -EFAULT if nothing could be copied to a faulting buffer, -EPROTO for
  * a corrupt ring.
  */
-int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
-		 bool peek, size_t *done)
+int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
+		 size_t len, bool peek, size_t *done)
 {
 	u64 pos = ring->head;
 	u32 roff = ring->rec_off;
@@ -311,7 +345,7 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
 	*done = 0;
 	while (*done < len) {
 		u32 off = pos & (ring->size - 1);
-		u32 rlen, rflags, n, copied;
+		u32 rlen, rflags, hlen, n, copied;
 		int ret;
 
 		ret = sd_rec_get(ring, pos, ring->published, &rlen, &rflags);
@@ -319,20 +353,38 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
 			err = ret;
 			break;
 		}
+		hlen = rlen;
 		if (rflags & SD_REC_PAD) {
 			if (!peek)
 				memset(ring->data + off, 0, SD_REC_SPACE(rlen));
 			pos += SD_REC_SPACE(rlen);
 			continue;
 		}
-		if (roff >= rlen) {
-			err = -EPROTO;
-			break;
-		}
+		if (rflags & SD_REC_ZC) {
+			u64 seq;
+			u32 zlen;
 
-		n = min_t(size_t, rlen - roff, len - *done);
-		copied = copy_to_iter(ring->data + off + SD_REC_HDR_LEN + roff,
-				      n, to);
+			err = sd_zc_rec_get(ring, off, &seq, &zlen);
+			if (err)
+				break;
+			n = min_t(size_t, zlen - min(roff, zlen), len - *done);
+			err = sd_zc_read(ring, net, seq, zlen, roff, n, to, peek,
+					 &copied);
+			if (err == -EFAULT && *done)
+				err = 0;
+			if (err)
+				break;
+			/* From here on the record counts as zlen bytes. */
+			rlen = zlen;
+		} else {
+			if (roff >= rlen) {
+				err = -EPROTO;
+				break;
+			}
+			n = min_t(size_t, rlen - roff, len - *done);
+			copied = copy_to_iter(ring->data + off + SD_REC_HDR_LEN +
+					      roff, n, to);
+		}
 		*done += copied;
 		roff += copied;
 		if (copied < n) {
@@ -343,8 +395,8 @@ int sd_ring_read(struct sd_ring *ring, struct iov_iter *to, size_t len,
 		if (roff == rlen) {
 			/* Rule 2: zero what was consumed before the credit. */
 			if (!peek)
-				memset(ring->data + off, 0, SD_REC_SPACE(rlen));
-			pos += SD_REC_SPACE(rlen);
+				memset(ring->data + off, 0, SD_REC_SPACE(hlen));
+			pos += SD_REC_SPACE(hlen);
 			roff = 0;
 		}
 	}
@@ -381,6 +433,9 @@ int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
 		if (!ret)
 			break;
 		if (!(rflags & SD_REC_PAD)) {
+			ret = sd_rec_bytes(ring, pos, rlen, rflags, &rlen);
+			if (ret)
+				return ret;
 			total += rlen - min(roff, rlen);
 			roff = 0;
 			if (!bytes)
@@ -504,7 +559,8 @@ static int sd_take_cons(struct sd_ring *ring)
 		u32 rlen, rflags;
 
 		if (sd_rec_get(ring, pos, credit, &rlen, &rflags) != 1 ||
-		    rflags & SD_REC_PAD || off >= rlen)
+		    rflags & SD_REC_PAD ||
+		    sd_rec_bytes(ring, pos, rlen, rflags, &rlen) || off >= rlen)
 			return -EPROTO;
 	}
 	ring->head = pos;

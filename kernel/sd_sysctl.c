@@ -104,6 +104,7 @@ static int sd_policy_handler(struct ctl_table *table, int write,
 
 static int sd_zero;
 static int sd_one = 1;
+static int sd_zc_threshold_max = 1 << 30;
 
 static const struct ctl_table sd_sysctl_template[] = {
 	{
@@ -139,6 +140,18 @@ static const struct ctl_table sd_sysctl_template[] = {
 		.extra1		= &sd_zero,
 		.extra2		= &sd_one,
 	},
+	{
+		/*
+		 * libsd sends and receives this many bytes or more by
+		 * handing pages over (Documentation/zerocopy.rst); 0: off
+		 */
+		.procname	= "zerocopy_threshold",
+		.maxlen		= sizeof(int),
+		.mode		= 0644,
+		.proc_handler	= proc_dointvec_minmax,
+		.extra1		= &sd_zero,
+		.extra2		= &sd_zc_threshold_max,
+	},
 	{ }
 };
 
@@ -156,6 +169,7 @@ int sd_sysctl_register(struct net *net, struct sd_net *sn)
 	table[2].data = &sn->ring_size_max;
 	table[3].data = &sn->default_policy;
 	table[4].data = &sn->redirect;
+	table[5].data = &sn->zerocopy_threshold;
 
 	sn->sysctl_hdr = register_net_sysctl(net, "net/sd", table);
 	if (!sn->sysctl_hdr) {

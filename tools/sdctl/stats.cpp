@@ -35,6 +35,11 @@ constexpr const char *names[] = {
 	"fallback_tcp_client",
 	"fallback_remote",
 	"redirected",
+	"zc_sends",
+	"zc_pages",
+	"zc_remapped",
+	"zc_copied",
+	"zc_cow",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

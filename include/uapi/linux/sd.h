@@ -123,6 +123,7 @@
  * position it relies on, reads each header once, checks it against the
  * data area, and treats a bad one as a reset of that connection only.
  */
+/* mmap offsets (in bytes, despite the name). */
 #define SD_PGOFF_TX_RING	0x00000000ULL
 #define SD_PGOFF_RX_RING	0x80000000ULL
 
@@ -248,7 +249,7 @@ struct sd_rec {
  * Zero copy (Documentation/zerocopy.rst).
  *
  * Pools.  mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
- * SD_PGOFF_POOL << page shift) on any AF_SD socket makes a page pool: memory
+ * SD_PGOFF_POOL) on any AF_SD socket makes a page pool: memory
  * that behaves like shared anonymous memory of the calling process (pages
  * appear zeroed on first touch; a fork gives the child a copy-on-write
  * copy, as for private memory), but whose pages the kernel may hand to
@@ -263,9 +264,12 @@ struct sd_rec {
  * next.  It returns 0 and a handle in zs.seq; the caller, as the producer,
  * then writes a record with flags SD_REC_VALID | SD_REC_ZC whose payload is
  * a struct sd_zc_rec with that seq and len.  The record stands for len
- * bytes of the stream.  Errors: EINVAL (not pool memory, misaligned, too
- * long), ENOBUFS (the connection has SD_ZC_QUEUE_MAX bytes queued; send
- * by copying), ENOTCONN, EPIPE.
+ * bytes of the stream.  While the connection has SD_ZC_QUEUE_MAX bytes
+ * queued, the call waits for the peer to take some (up to the socket's
+ * send timeout), or with SD_ZC_DONTWAIT fails with ENOBUFS at once: send
+ * by copying then.  Errors: EINVAL (not pool memory, misaligned, too long,
+ * bad flags), ENOBUFS, EAGAIN (the send timeout passed), EINTR, ENOTCONN,
+ * EPIPE.
  *
  * Receiving.  A consumer that meets an SD_REC_ZC record at its head, with
  * off bytes of it already taken, calls ioctl(fd, SD_IOC_ZC_RECV, &zr)
@@ -296,9 +300,12 @@ struct sd_zc_send {
 	__u64 addr;		/* in: page-aligned address in a pool */
 	__u64 len;		/* in: whole pages, at most SD_ZC_MAX */
 	__u64 seq;		/* out: the record's handle */
+	__u32 flags;		/* in: SD_ZC_DONTWAIT */
+	__u32 pad;		/* 0 */
 };
 
-#define SD_ZC_PEEK		(1U << 0)
+#define SD_ZC_PEEK		(1U << 0)	/* SD_IOC_ZC_RECV */
+#define SD_ZC_DONTWAIT		(1U << 1)	/* SD_IOC_ZC_SEND */
 
 struct sd_zc_recv {
 	__u64 seq;		/* in: the record's handle */
