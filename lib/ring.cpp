@@ -15,6 +15,8 @@ namespace sd {
 namespace {
 
 constexpr std::uint64_t HDR = SD_REC_HDR_LEN;
+// A zero-copy record: its header and its struct sd_zc_rec.
+constexpr std::uint64_t ZC_SPACE = rec_space(sizeof(sd_zc_rec));
 // Producer and consumer fields apart by two cache lines, so that the
 // adjacent-line prefetcher does not make them share one either.
 constexpr std::size_t CACHE_GAP = 128;
@@ -333,6 +335,46 @@ ssize_t Producer::writable() noexcept
 	return static_cast<ssize_t>(space());
 }
 
+int Producer::zc_room() noexcept
+{
+	if (err_)
+		return err_;
+	if (fin_)
+		return -EPIPE;
+	if (peer_ & SD_RING_RESET)
+		return -ECONNRESET;
+	if (peer_ & SD_RING_CLOSED)
+		return -EPIPE;
+	const std::uint64_t contig = size_ - (tail_ & mask_);
+	const std::uint64_t need = contig < ZC_SPACE ? contig + ZC_SPACE : ZC_SPACE;
+
+	if (credit_ + size_ - tail_ < need && refresh())
+		return err_;
+	return credit_ + size_ - tail_ >= need;
+}
+
+ssize_t Producer::write_zc(std::uint64_t seq, std::uint32_t len) noexcept
+{
+	const int room = zc_room();
+
+	if (room <= 0)
+		return room ? room : -EAGAIN;
+	if (need_credit_)
+		clear_need_credit();
+	std::uint64_t off = tail_ & mask_;
+	if (size_ - off < ZC_SPACE) {		// the record would cross the end
+		put(off, static_cast<std::uint32_t>(size_ - off - HDR), SD_REC_VALID | SD_REC_PAD);
+		tail_ += size_ - off;
+		off = 0;
+	}
+	const sd_zc_rec r{seq, len, 0};
+	std::memcpy(data_ + off + HDR, &r, sizeof(r));
+	put(off, sizeof(r), SD_REC_VALID | SD_REC_ZC);
+	tail_ += ZC_SPACE;
+	notify();
+	return len;
+}
+
 // Rule 5: release after the last header (put() already ordered it).
 int Producer::fin() noexcept
 {
@@ -394,13 +436,37 @@ Consumer::Consumer(void *base, const sd_ring_offset &off, std::uint64_t head,
 		return;
 	const std::uint64_t w = load_hdr(head);
 	const auto r = std::bit_cast<sd_rec>(w);
+	std::uint32_t len = r.len;
 
-	if (!w || !check(w, head) || (r.flags & SD_REC_PAD) || rec_off >= r.len) {
+	if (!w || !check(w, head) || (r.flags & SD_REC_PAD) ||
+	    ((r.flags & SD_REC_ZC) && zc_len(head, nullptr, &len)) || rec_off >= len) {
 		err_ = -EPROTO;
 		return;
 	}
-	cur_len_ = r.len;
+	cur_len_ = len;
+	cur_zc_ = r.flags & SD_REC_ZC;
 	rec_off_ = rec_off;
+}
+
+// The handle and stream length of the zero-copy record at pos (checked
+// already), read once: 0, or -EPROTO for a length out of bounds.
+int Consumer::zc_len(std::uint64_t pos, std::uint64_t *seq, std::uint32_t *len) const noexcept
+{
+	const auto *z = reinterpret_cast<sd_zc_rec *>(data_ + (pos & mask_) + HDR);
+	const std::uint32_t n = load(&z->len, std::memory_order_relaxed);
+
+	if (!n || n > SD_ZC_MAX)
+		return -EPROTO;
+	if (seq)
+		*seq = load(&z->seq, std::memory_order_relaxed);
+	*len = n;
+	return 0;
+}
+
+// Ring bytes the current record takes.
+std::uint64_t Consumer::cur_space() const noexcept
+{
+	return cur_zc_ ? ZC_SPACE : rec_space(cur_len_);
 }
 
 // Rule 1: the acquire pairs with the producer's store-release of the
@@ -422,7 +488,10 @@ std::uint64_t Consumer::check(std::uint64_t w, std::uint64_t pos) const noexcept
 
 	if ((r.flags & ~SD_REC_FLAGS_MASK) || !(r.flags & SD_REC_VALID))
 		return 0;
-	if (r.flags & SD_REC_PAD) {
+	if (r.flags & SD_REC_ZC) {
+		if ((r.flags & SD_REC_PAD) || r.len != sizeof(sd_zc_rec) || space > rest)
+			return 0;
+	} else if (r.flags & SD_REC_PAD) {
 		if (space != rest)
 			return 0;
 	} else if (!r.len || space > rest) {
@@ -469,6 +538,7 @@ ssize_t Consumer::copy(std::span<const iovec> iov) noexcept
 	IovIter it(iov);
 	std::uint64_t pos = head_;
 	std::uint32_t len = cur_len_, roff = rec_off_;
+	bool zc = cur_zc_;
 	std::size_t done = 0;
 	int ret = 0;
 
@@ -493,7 +563,18 @@ ssize_t Consumer::copy(std::span<const iovec> iov) noexcept
 				pos += space;
 				continue;
 			}
+			zc = r.flags & SD_REC_ZC;
 			len = r.len;
+			if (zc && zc_len(pos, nullptr, &len)) {
+				ret = err_ = -EPROTO;
+				break;
+			}
+		}
+		if (zc) {		// the kernel's to deliver
+			zc_pos_ = pos;
+			if (!done)
+				ret = -EXDEV;
+			break;
 		}
 		const std::size_t n = std::min<std::size_t>(len - roff, want - done);
 		unsigned char *p = data_ + (pos & mask_) + HDR + roff;
@@ -513,10 +594,40 @@ ssize_t Consumer::copy(std::span<const iovec> iov) noexcept
 	if (Consume) {
 		head_ = pos;
 		cur_len_ = len;
+		cur_zc_ = zc && len;
 		rec_off_ = roff;
 		maybe_publish();
 	}
 	return done ? static_cast<ssize_t>(done) : ret;
+}
+
+int Consumer::zc_head(ZcHead &z) noexcept
+{
+	if (err_)
+		return err_;
+	const std::uint64_t w = load_hdr(zc_pos_);
+
+	if (!w || !check(w, zc_pos_) || !(std::bit_cast<sd_rec>(w).flags & SD_REC_ZC) ||
+	    zc_len(zc_pos_, &z.seq, &z.len))
+		return err_ = -EPROTO;
+	z.off = zc_pos_ == head_ ? rec_off_ : 0;
+	if (z.off >= z.len || (zc_pos_ == head_ && cur_len_ && cur_len_ != z.len))
+		return err_ = -EPROTO;
+	return 0;
+}
+
+void Consumer::zc_consumed(std::uint32_t n) noexcept
+{
+	if (err_ || !cur_zc_ || zc_pos_ != head_)
+		return;
+	rec_off_ += n;
+	if (rec_off_ < cur_len_)
+		return;
+	retire(head_, HDR, ZC_SPACE);
+	head_ += ZC_SPACE;
+	cur_len_ = rec_off_ = 0;
+	cur_zc_ = false;
+	maybe_publish();
 }
 
 ssize_t Consumer::read(std::span<const iovec> iov) noexcept
@@ -549,15 +660,17 @@ ssize_t Consumer::readable() noexcept
 	std::uint64_t pos = head_, n = 0;
 	if (cur_len_) {
 		n = cur_len_ - rec_off_;
-		pos += rec_space(cur_len_);
+		pos += cur_space();
 	}
 	for (std::uint64_t w; (w = load_hdr(pos));) {
 		const std::uint64_t space = check(w, pos);
+		const auto r = std::bit_cast<sd_rec>(w);
+		std::uint32_t len = r.len;
 
-		if (!space)
+		if (!space || ((r.flags & SD_REC_ZC) && zc_len(pos, nullptr, &len)))
 			return err_ = -EPROTO;
-		if (!(std::bit_cast<sd_rec>(w).flags & SD_REC_PAD))
-			n += std::bit_cast<sd_rec>(w).len;
+		if (!(r.flags & SD_REC_PAD))
+			n += len;
 		pos += space;
 	}
 	return static_cast<ssize_t>(n);

@@ -105,6 +105,15 @@ public:
 	// Payload bytes a write could take now (reads the credit), or -EPROTO.
 	ssize_t writable() noexcept;
 
+	// Zero copy (<linux/sd.h>): 1 if a zero-copy record fits now (with
+	// the pad before it that the end of the area may need), 0 if not, or
+	// a negative errno as for write().
+	int zc_room() noexcept;
+	// Write the record for handle seq, standing for len stream bytes.
+	// Returns len, -EAGAIN without room, or a negative errno as for
+	// write().
+	ssize_t write_zc(std::uint64_t seq, std::uint32_t len) noexcept;
+
 	// End the stream after the records written so far.  0 or error().
 	int fin() noexcept;
 
@@ -162,6 +171,19 @@ public:
 	// Bytes read() would return now with a large enough buffer, or -EPROTO.
 	ssize_t readable() noexcept;
 
+	// Zero copy.  read() and peek() stop at a zero-copy record, which the
+	// kernel must deliver (SD_IOC_ZC_RECV); with nothing read before it
+	// they return -EXDEV.  zc_head() then describes it: its handle, its
+	// length, and the bytes already taken (0 or -EPROTO).  After the
+	// kernel placed n bytes of it, zc_consumed(n) moves on (read only).
+	struct ZcHead {
+		std::uint64_t seq;
+		std::uint32_t len;
+		std::uint32_t off;
+	};
+	int zc_head(ZcHead &z) noexcept;
+	void zc_consumed(std::uint32_t n) noexcept;
+
 	// Publish the credit for everything consumed so far.
 	void flush() noexcept;
 
@@ -181,6 +203,8 @@ public:
 private:
 	template <bool Consume> ssize_t copy(std::span<const iovec> iov) noexcept;
 	std::uint64_t load_hdr(std::uint64_t pos) const noexcept;
+	int zc_len(std::uint64_t pos, std::uint64_t *seq, std::uint32_t *len) const noexcept;
+	std::uint64_t cur_space() const noexcept;
 	std::uint64_t check(std::uint64_t word, std::uint64_t pos) const noexcept;
 	int at_empty(std::uint64_t pos) const noexcept;
 	void retire(std::uint64_t pos, std::uint64_t from, std::uint64_t space) noexcept;
@@ -190,8 +214,10 @@ private:
 
 	std::uint64_t head_;		// start of the current record
 	std::uint64_t pub_;		// last credit published
-	std::uint32_t cur_len_ = 0;	// payload of the current record, 0: none
+	std::uint64_t zc_pos_ = 0;	// where read() or peek() met a zc record
+	std::uint32_t cur_len_ = 0;	// bytes of the current record, 0: none
 	std::uint32_t rec_off_ = 0;	// bytes of it already consumed
+	bool cur_zc_ = false;		// the current record is zero-copy
 	bool waiting_ = false;		// we set SD_RING_READER_WAIT
 	bool wake_ = false;
 };

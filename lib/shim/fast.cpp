@@ -19,6 +19,7 @@
 #include "hooks.hpp"
 
 #include "fast.hpp"
+#include "zcpool.hpp"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -346,6 +347,110 @@ template <typename End> bool arm_and_retry(End &e, int &tries, ssize_t &n)
 	return n;
 }
 
+constexpr size_t PAGE = 4096;
+
+// Copy [b, b + len) into the ring as send_rest() would, adding to done.
+// Returns the last write's result (negative: stop).
+ssize_t send_copy(int fd, Side &s, void *b, size_t len, int flags, bool nonblock, size_t &done,
+		  bool &kernel_done)
+{
+	sd::Producer &p = s.producer();
+	iovec v{b, len};
+	size_t pd = 0;
+	ssize_t n = p.write(std::span<const iovec>(&v, 1));
+
+	__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
+	if (n > 0) {
+		pd = static_cast<size_t>(n);
+		if (p.take_wake())
+			wake_peer(fd, SD_TOKEN_TX);
+	}
+	if (pd < len && (n > 0 || n == -EAGAIN))
+		n = send_rest(fd, s, &v, 1, flags, nonblock, len, pd, kernel_done);
+	done += pd;
+	return pd < len ? (n < 0 ? n : -EAGAIN) : n;
+}
+
+// Hand [b, b + len) (whole pages of pool memory) to the kernel and put
+// records for it in the ring (Documentation/zerocopy.rst).  What cannot go
+// that way (no room for a record, a full queue without waiting, a buffer
+// the kernel refuses) is copied instead.  Returns as send_copy().
+ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, bool nonblock,
+		   size_t &done, bool &kernel_done)
+{
+	sd::Producer &p = s.producer();
+
+	while (len) {
+		const size_t chunk = std::min<size_t>(len, SD_ZC_MAX);
+		const int room = p.zc_room();
+
+		if (room < 0)
+			return room;
+		sd_zc_send zs = {};
+		zs.addr = reinterpret_cast<std::uintptr_t>(b);
+		zs.len = chunk;
+		zs.flags = nonblock ? SD_ZC_DONTWAIT : 0;
+		if (!room || real::ioctl()(fd, SD_IOC_ZC_SEND, &zs) < 0) {
+			if (room && (errno == EPIPE || errno == ENOTCONN))
+				return -EPIPE;	/* the kernel reports it */
+			return send_copy(fd, s, b, len, flags, nonblock, done, kernel_done);
+		}
+		// Room was there, and only this thread produces: it fits.
+		const ssize_t n = p.write_zc(zs.seq, static_cast<std::uint32_t>(chunk));
+		__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
+		if (n < 0)
+			return n;
+		if (p.take_wake())
+			wake_peer(fd, SD_TOKEN_TX);
+		done += chunk;
+		b += chunk;
+		len -= chunk;
+	}
+	return 1;
+}
+
+// A send with buffers of at least the zero-copy threshold: each such
+// buffer in pool memory goes as its unaligned head (copied), its whole
+// pages (handed over) and its tail (copied).  A blocking send that the
+// kernel had to finish part of finishes the rest there too.
+[[gnu::noinline]] ssize_t send_zc(int fd, Side &s, const iovec *iov, int iovcnt, int flags,
+				  bool nonblock, size_t want, size_t threshold, size_t &done,
+				  bool &kernel_done)
+{
+	ssize_t n = 0;
+
+	for (int i = 0; i < iovcnt && n >= 0 && !kernel_done; i++) {
+		auto *b = static_cast<unsigned char *>(iov[i].iov_base);
+		const size_t len = iov[i].iov_len;
+		size_t head = len, mid = 0;
+
+		if (len >= threshold && sd::zc::in_pool(b, len)) {
+			head = (PAGE - reinterpret_cast<std::uintptr_t>(b) % PAGE) % PAGE;
+			mid = head < len ? (len - head) & ~(PAGE - 1) : 0;
+			if (!mid)
+				head = len;
+		}
+		if (head)
+			n = send_copy(fd, s, b, head, flags, nonblock, done, kernel_done);
+		if (mid && n >= 0 && !kernel_done)
+			n = send_pages(fd, s, b + head, mid, flags, nonblock, done, kernel_done);
+		if (head + mid < len && n >= 0 && !kernel_done)
+			n = send_copy(fd, s, b + head + mid, len - head - mid, flags, nonblock, done,
+				      kernel_done);
+	}
+	if (kernel_done && done < want && !nonblock) {
+		// The kernel has the side now: it sends the rest, blocking.
+		iovec rest[MAX_IOV];
+		msghdr m = {};
+		m.msg_iov = rest;
+		m.msg_iovlen = static_cast<size_t>(advance(iov, iovcnt, done, rest));
+		const ssize_t r = real::sendmsg()(fd, &m, flags);
+		if (r > 0)
+			done += static_cast<size_t>(r);
+	}
+	return n;
+}
+
 bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 {
 	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
@@ -377,6 +482,29 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	sd::Producer &p = s.producer();
 	size_t done = 0;
 	bool kernel_done = false;
+	const size_t zt = want >= PAGE ? sd::zc::threshold() : 0;
+	if (zt && want >= zt) [[unlikely]] {
+		const bool nonblock = (flags & MSG_DONTWAIT) ||
+				      c->nonblock.load(std::memory_order_relaxed);
+		ssize_t n = send_zc(fd, s, iov, iovcnt, flags, nonblock, want, zt, done,
+				    kernel_done);
+		end(s);
+		unlock_side(s, locked);
+		if (done) {
+			*result = static_cast<ssize_t>(done);
+			return true;
+		}
+		if (kernel_done) {
+			*result = -1;
+			return true;
+		}
+		if (n == -EAGAIN) {
+			*result = -1;
+			errno = EAGAIN;
+			return true;
+		}
+		return false;
+	}
 	ssize_t n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
 
 	__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
@@ -409,6 +537,51 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	return false;	/* the end of the connection: the kernel reports it */
 }
 
+// The record at the head of the ring is zero-copy: the kernel places its
+// bytes (remapping whole pages into pool memory).  Then whatever else is
+// there now, zero-copy or not, up to want.  Returns the bytes received, or
+// a negative errno if none were.
+[[gnu::noinline]] ssize_t recv_zc(int fd, Side &s, const iovec *iov, int iovcnt, size_t want)
+{
+	sd::Consumer &q = s.consumer();
+	iovec rest[MAX_IOV];
+	size_t done = 0;
+
+	for (;;) {
+		sd::Consumer::ZcHead z;
+		advance(iov, iovcnt, done, rest);
+		if (q.zc_head(z))
+			return done ? static_cast<ssize_t>(done) : -EPROTO;
+		sd_zc_recv zr = {};
+		zr.seq = z.seq;
+		zr.addr = reinterpret_cast<std::uintptr_t>(rest[0].iov_base);
+		zr.off = z.off;
+		zr.len = static_cast<std::uint32_t>(std::min<size_t>(rest[0].iov_len, z.len - z.off));
+		const int r = real::ioctl()(fd, SD_IOC_ZC_RECV, &zr);
+		if (r < 0)
+			return done ? static_cast<ssize_t>(done) : -errno;
+		q.zc_consumed(static_cast<std::uint32_t>(r));
+		done += static_cast<size_t>(r);
+		__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
+		__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
+		for (;;) {
+			if (done == want)
+				return static_cast<ssize_t>(done);
+			const int k = advance(iov, iovcnt, done, rest);
+			const ssize_t m = q.read(std::span<const iovec>(rest, static_cast<size_t>(k)));
+			if (m > 0) {
+				done += static_cast<size_t>(m);
+				__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
+				__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
+				continue;
+			}
+			if (m == -EXDEV)
+				break;
+			return static_cast<ssize_t>(done);
+		}
+	}
+}
+
 bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 {
 	if ((flags & ~MSG_DONTWAIT) || iovcnt < 1 || iovcnt > MAX_IOV)
@@ -434,6 +607,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 
 	for (;;) {
 		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
+		if (n == -EXDEV) [[unlikely]]
+			n = recv_zc(fd, s, iov, iovcnt, want);
 		if (n > 0) {
 			__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
 			__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);

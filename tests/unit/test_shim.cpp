@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: LGPL-2.1-or-later
 //
 // The preload shim (libsdpreload.so) on the host, without the module:
-// it exports exactly the libc names of lib/shim/calls.def, unversioned,
-// and passes calls on ordinary descriptors straight through.  The shim is
-// dlopen()ed here, so its wrappers are called through dlsym, not
-// interposed on this program.
+// it exports exactly the libc names of lib/shim/calls.def and the malloc
+// family of lib/shim/malloc.def, unversioned, and passes calls on
+// ordinary descriptors straight through.  The shim is dlopen()ed here, so
+// its wrappers are called through dlsym, not interposed on this program
+// (test_zcmalloc runs a program with it preloaded).
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,6 +34,8 @@ namespace {
 const char *const listed[] = {
 #define SD_CALL(ret, name, params, args) #name,
 #include "calls.def"
+#define SD_MALLOC(name) #name,
+#include "malloc.def"
 };
 
 std::set<std::string> listed_names()
@@ -66,13 +69,14 @@ void exports_are_the_list(void **)
 
 	for (const auto &s : got)
 		if (!want.count(s)) {
-			print_error("libsdpreload.so exports %s, which calls.def does not list\n",
+			print_error("libsdpreload.so exports %s, which calls.def and malloc.def "
+				    "do not list\n",
 				    s.c_str());
 			ok = false;
 		}
 	for (const auto &s : want)
 		if (!got.count(s)) {
-			print_error("calls.def lists %s, libsdpreload.so does not export it\n",
+			print_error("%s is listed, libsdpreload.so does not export it\n",
 				    s.c_str());
 			ok = false;
 		}
@@ -98,7 +102,7 @@ void list_is_libc_names(void **)
 	assert_non_null(libc);
 	for (const char *name : listed) {
 		if (!dlsym(libc, name))
-			print_error("calls.def lists %s, which libc.so.6 does not have\n", name);
+			print_error("%s is listed, but libc.so.6 does not have it\n", name);
 		assert_non_null(dlsym(libc, name));
 	}
 	// Every name once.
