@@ -53,8 +53,6 @@
 
 /* Pages a pool keeps for reuse instead of freeing them. */
 #define SD_POOL_FREE_MAX	256
-/* Slots replaced per batch when receiving (bounds a stack array). */
-#define SD_REMAP_BATCH		32
 
 /* Pool pages: user memory, charged to the memory cgroup of the toucher. */
 #define SD_POOL_GFP		(GFP_HIGHUSER | __GFP_ACCOUNT | __GFP_NOWARN)
@@ -623,18 +621,23 @@ err_free:
 
 /*
  * Put @nr pages into the caller's pool mapping at @addr (page-aligned),
- * replacing what its slots held.  Returns how many were placed (the
- * rest is the caller's to copy): 0 if @addr is not in a pool.
+ * replacing what its slots held, with one unmap and one TLB flush for the
+ * lot.  Returns how many were placed (the rest is the caller's to copy):
+ * 0 if @addr is not in a pool.
  */
 static u32 sd_zc_remap(struct net *net, unsigned long addr,
 		       struct page **pages, u32 nr)
 {
 	struct mm_struct *mm = current->mm;
-	struct page *old[SD_REMAP_BATCH];
 	struct vm_area_struct *vma;
+	unsigned long left;
 	struct sd_pool *pool;
-	u32 done = 0;
+	struct page **old;
+	u32 i, done = 0;
 
+	old = kvmalloc_array(nr, sizeof(*old), GFP_KERNEL);
+	if (!old)
+		return 0;
 	mmap_read_lock(mm);
 	vma = vma_lookup(mm, addr);
 	if (!vma || vma->vm_ops != &sd_pool_vm_ops || !vma->vm_private_data)
@@ -642,47 +645,40 @@ static u32 sd_zc_remap(struct net *net, unsigned long addr,
 	pool = vma->vm_private_data;
 	nr = min_t(unsigned long, nr, (vma->vm_end - addr) >> PAGE_SHIFT);
 	mutex_lock(&pool->lock);
-	while (done < nr && !pool->broken) {
-		u32 n = min_t(u32, nr - done, SD_REMAP_BATCH);
-		unsigned long at = addr + ((unsigned long)done << PAGE_SHIFT);
-		unsigned long left;
-		u32 i, got;
+	if (pool->broken)
+		goto out_unlock;
+	for (done = 0; done < nr; done++) {
+		pgoff_t idx = sd_pool_index(vma, addr + done * PAGE_SIZE);
+		void *prev;
 
-		for (i = 0; i < n; i++) {
-			pgoff_t idx = sd_pool_index(vma, at + i * PAGE_SIZE);
-			void *prev;
-
-			/* An empty slot needs a node: that may fail. */
-			prev = xa_store(&pool->slots, idx, pages[done + i],
-					GFP_KERNEL_ACCOUNT);
-			if (xa_is_err(prev))
-				break;
-			get_page(pages[done + i]);
-			old[i] = prev;
-			xa_set_mark(&pool->slots, idx, SD_SLOT_SHARED);
-			xa_clear_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
-		}
-		got = i;
-		if (!got)
+		/* An empty slot needs a node: that may fail. */
+		prev = xa_store(&pool->slots, idx, pages[done],
+				GFP_KERNEL_ACCOUNT);
+		if (xa_is_err(prev))
 			break;
+		get_page(pages[done]);
+		old[done] = prev;
+		xa_set_mark(&pool->slots, idx, SD_SLOT_SHARED);
+		xa_clear_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
+	}
+	if (done) {
 		/*
-		 * Out with the old pages, in with the new, read-only
-		 * (writes fault: the slots are shared).  What fails to be
-		 * inserted is mapped at the next touch.
+		 * Out with the old pages, in with the new, read-only (the
+		 * slots are shared, so a write faults and copies).  What
+		 * fails to be inserted is mapped at the next touch.
 		 */
-		zap_page_range(vma, at, (unsigned long)got << PAGE_SHIFT);
-		left = got;
-		vm_insert_pages(vma, at, pages + done, &left);
-		while (i--)
+		zap_page_range(vma, addr, (unsigned long)done << PAGE_SHIFT);
+		left = done;
+		vm_insert_pages(vma, addr, pages, &left);
+		for (i = 0; i < done; i++)
 			if (old[i])
 				sd_pool_unref(pool, old[i]);
-		done += got;
-		if (got < n)
-			break;
 	}
+out_unlock:
 	mutex_unlock(&pool->lock);
 out:
 	mmap_read_unlock(mm);
+	kvfree(old);
 	if (done)
 		atomic64_add(done, &sd_net(net)->stats[SD_STAT_ZC_REMAPPED]);
 	return done;
