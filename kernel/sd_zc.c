@@ -706,8 +706,8 @@ static size_t sd_zc_copy(struct sd_zc_entry *e, u32 off, u32 len,
 
 /*
  * The kernel's receive path met a zero-copy record with handle @seq
- * standing for @len bytes, @off of them taken: copy up to @want of them to
- * the iterator.  Returns the bytes copied, -EFAULT if none could be, or
+ * standing for @len bytes, @off of them taken: deliver up to @want of them
+ * to the iterator, remapping whole pages where it points into a pool.  Returns the bytes copied, -EFAULT if none could be, or
  * -EPROTO for a handle that is not the connection's next.
  */
 int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
@@ -715,6 +715,7 @@ int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
 {
 	struct sd_zc_queue *zq = &ring->zq;
 	struct sd_zc_entry *e;
+	u32 mapped, copied;
 	int err = 0;
 
 	*done = 0;
@@ -724,12 +725,37 @@ int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
 		err = -EPROTO;
 		goto out;
 	}
-	*done = sd_zc_copy(e, off, min(want, len - off), to);
+	want = min(want, len - off);
+	/*
+	 * A receiver that slept here (or uses no libsd) gets whole pages
+	 * remapped too, when its buffer is pool memory and lines up.
+	 */
+	mapped = 0;
+	if (!peek && PAGE_ALIGNED(off) && want >= PAGE_SIZE) {
+		unsigned long addr = 0, seg = 0;
+
+		if (iter_is_ubuf(to)) {
+			addr = (unsigned long)to->ubuf + to->iov_offset;
+			seg = to->count;
+		} else if (iter_is_iovec(to)) {
+			struct iovec v = iov_iter_iovec(to);
+
+			addr = (unsigned long)v.iov_base;
+			seg = v.iov_len;
+		}
+		seg = min_t(unsigned long, seg, want);
+		if (PAGE_ALIGNED(addr) && seg >= PAGE_SIZE)
+			mapped = sd_zc_remap(net, addr, e->pages + (off >> PAGE_SHIFT),
+					     seg >> PAGE_SHIFT) << PAGE_SHIFT;
+		iov_iter_advance(to, mapped);
+	}
+	copied = sd_zc_copy(e, off + mapped, want - mapped, to);
+	*done = mapped + copied;
 	if (!*done && want) {
 		err = -EFAULT;
 		goto out;
 	}
-	atomic64_add(*done, &sd_net(net)->stats[SD_STAT_ZC_COPIED]);
+	atomic64_add(copied, &sd_net(net)->stats[SD_STAT_ZC_COPIED]);
 	if (!peek && off + *done == len)
 		sd_zc_unlink(zq, e);
 out:
