@@ -12,7 +12,9 @@ the libsd probe run) and writes:
                 per second and MB/s one way; with the meta data and whether
                 libsd's fast path was enabled
   results.md    the same as tables, plus ratios against the raw
-                shared-memory queue, AF_UNIX and TCP
+                shared-memory queue, AF_UNIX and TCP, and the large-message
+                (zero-copy) table: sdbench --malloc lines, under "large"
+                in results.json
   results.png   round trip and throughput against message size (needs
                 python3-matplotlib; skipped with a message without it)
 
@@ -158,6 +160,8 @@ def collect(lines):
             meta.setdefault(m.get("where", "?"), {}).update(
                 {k: v for k, v in m.items() if k != "where"})
             continue
+        if is_large(d):                 # large_messages()
+            continue
         if "skipped" in d or "failed" in d:
             skipped.append(d)
             continue
@@ -186,7 +190,8 @@ def pairs(lines):
     trip and throughput over the ring's, and their medians."""
     rounds = {}
     for d in lines:
-        if "meta" in d or "test" not in d or "@" not in d.get("transport", ""):
+        if ("meta" in d or is_large(d) or "test" not in d or "skipped" in d or
+                "@" not in d.get("transport", "")):
             continue
         base, _, n = d["transport"].partition("@")
         r = rounds.setdefault(int(n), {}).setdefault(base, {})
@@ -235,6 +240,260 @@ def targets_md(t):
     return md
 
 
+# Large messages (sdbench --malloc): one-way streams of 16 KiB to 8 MiB
+# messages between malloc'd buffers; AF_SD through libsd with zero copy on
+# and off (and both with the sender rewriting its buffer before each send),
+# against the shm ring, AF_UNIX and TCP.  Documentation/bench.rst.
+LARGE_ORDER = ["libsd-zc", "libsd-zc-rewrite", "libsd-copy", "libsd-copy-rewrite",
+               "shm", "unix", "tcp"]
+LARGE_NAMES = {
+    "libsd-zc": "libsd, zero copy",
+    "libsd-zc-rewrite": "libsd, zero copy, sender rewrites",
+    "libsd-copy": "libsd, copy path (SD_ZEROCOPY=0)",
+    "libsd-copy-rewrite": "libsd, copy path, sender rewrites",
+    "shm": "shm ring (copy ceiling)",
+    "unix": "AF_UNIX",
+    "tcp": "TCP loopback",
+}
+# The targets of the zero-copy issue, guest figures at 1 MiB.
+ZC_SIZE = 1 << 20
+ZC_OVER_COPY_TARGET = 3.0
+ZC_OVER_TCP_TARGET = 10.0
+# The module's counters (enum sd_stat) that zero copy moves; sdctl names
+# them without the SD_STAT_ prefix, or stat_N when it does not know them.
+ZC_COUNTERS = {"zc_sends": 20, "zc_pages": 21, "zc_remapped": 22,
+               "zc_copied": 23, "zc_cow": 24}
+# Ratios of the large-message table: (name, numerator, denominator).
+LARGE_RATIOS = [
+    ("zero copy ÷ copy path", "libsd-zc", "libsd-copy"),
+    ("zero copy ÷ TCP", "libsd-zc", "tcp"),
+    ("zero copy ÷ AF_UNIX", "libsd-zc", "unix"),
+    ("zero copy ÷ shm ring", "libsd-zc", "shm"),
+    ("copy path ÷ shm ring", "libsd-copy", "shm"),
+    ("rewriting: zero copy ÷ copy path", "libsd-zc-rewrite", "libsd-copy-rewrite"),
+]
+
+
+def is_large(d):
+    return d.get("buffers") == "malloc"
+
+
+def counter_delta(rec):
+    """The zero-copy counters' increase over one run (None: not known)."""
+    c = rec.get("zc_counters") or {}
+    before, after = c.get("before"), c.get("after")
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    out = {}
+    for name, num in ZC_COUNTERS.items():
+        for key in (name, f"stat_{num}"):
+            if key in before and key in after:
+                out[name] = after[key] - before[key]
+                break
+    return out or None
+
+
+def large_messages(lines, fp):
+    """Records, ratios, counters and the 1 MiB targets of the large-message
+    rows, or None when there are none."""
+    lines = [d for d in lines if "meta" not in d and is_large(d)]
+    if not lines:
+        return None
+    records, counters, skipped, rounds = {}, {}, [], {}
+    for d in lines:
+        if "zc_counters" in d:
+            counters[d["transport"]] = counter_delta(d)
+        elif "skipped" in d or "failed" in d:
+            skipped.append(d)
+        elif d.get("test") != "stream":
+            continue
+        elif "@" in d["transport"]:
+            base, _, n = d["transport"].partition("@")
+            rounds.setdefault(int(n), {})[base] = d["msgs_per_s"]
+        else:
+            records[(d["where"], d["transport"], d["size"])] = {
+                "where": d["where"], "transport": d["transport"], "via": d["via"],
+                "size": d["size"], "rewrite": d.get("rewrite", False),
+                "malloc_aligned": d.get("malloc_aligned"),
+                "msgs_per_s": d["msgs_per_s"], "mb_per_s": d["mb_per_s"],
+                "gb_per_s": round(d["mb_per_s"] / 1e3, 4), "msgs": d["msgs"],
+                "seconds": d["seconds"]}
+
+    # What each row really measured: the fast path (libsd rows), the pool
+    # (malloc gave whole pages under sdrun) and the zero-copy counters.
+    notes = {}
+    for t in {k[1] for k in records}:
+        if not t.startswith("libsd"):
+            continue
+        n = []
+        if fp is None:
+            n.append("fast-path status unknown (no probe trace)")
+        elif not fp["enabled"]:
+            n.append("fast path not yet enabled (AF_SD system calls)")
+        if any(r["malloc_aligned"] is False for k, r in records.items() if k[1] == t):
+            n.append("malloc gave no whole pages (no pool memory)")
+        c = counters.get(t)
+        zc = t.startswith("libsd-zc")
+        if c is None or "zc_sends" not in c:
+            n.append("zero-copy counters unavailable")
+        elif zc and c["zc_sends"] == 0:
+            n.append("no pages handed over: zero copy not in effect")
+        elif not zc and c["zc_sends"]:
+            n.append(f"{c['zc_sends']} zero-copy sends although SD_ZEROCOPY=0")
+        if n:
+            notes[t] = "; ".join(n)
+
+    results = []
+    for key in sorted(records, key=lambda k: (k[0], large_rank(k[1]), k[2])):
+        r = dict(records[key])
+        r["name"] = LARGE_NAMES.get(r["transport"], r["transport"])
+        if r["transport"] in notes:
+            r["note"] = notes[r["transport"]]
+        results.append(r)
+
+    ratios = []
+    for where in ("guest", "host"):
+        for name, a, b in LARGE_RATIOS:
+            row = {}
+            for (w, t, size), r in records.items():
+                other = records.get((w, b, size))
+                if w == where and t == a and other:
+                    row[size] = r["msgs_per_s"] / other["msgs_per_s"]
+            if row:
+                ratios.append({"where": where, "ratio": name, "of": a, "over": b,
+                               "by_size": {str(k): round(v, 3)
+                                           for k, v in sorted(row.items())}})
+
+    return {"sizes": sorted({k[2] for k in records}), "results": results,
+            "ratios": ratios, "zc_counters": counters, "notes": notes,
+            "targets": zc_targets(rounds, records), "skipped": skipped}
+
+
+def large_rank(t):
+    return (LARGE_ORDER.index(t) if t in LARGE_ORDER else len(LARGE_ORDER), t)
+
+
+def zc_targets(rounds, records):
+    """At 1 MiB: zero copy over the copy path and over TCP, per paired round
+    (labels libsd-zc@N, libsd-copy@N, tcp@N) and their medians; without
+    rounds, from the guest's sweep."""
+    rows = []
+    for n in sorted(rounds):
+        r = rounds[n]
+        if r.get("libsd-zc") and r.get("libsd-copy") and r.get("tcp"):
+            rows.append({"round": n, "libsd-zc": r["libsd-zc"],
+                         "libsd-copy": r["libsd-copy"], "tcp": r["tcp"],
+                         "zc_over_copy": round(r["libsd-zc"] / r["libsd-copy"], 3),
+                         "zc_over_tcp": round(r["libsd-zc"] / r["tcp"], 3)})
+    source = "rounds"
+    if not rows:
+        g = {t: records.get(("guest", t, ZC_SIZE), {}).get("msgs_per_s")
+             for t in ("libsd-zc", "libsd-copy", "tcp")}
+        if not all(g.values()):
+            return None
+        rows = [{"round": 0, **g,
+                 "zc_over_copy": round(g["libsd-zc"] / g["libsd-copy"], 3),
+                 "zc_over_tcp": round(g["libsd-zc"] / g["tcp"], 3)}]
+        source = "sweep"
+    copy = statistics.median(r["zc_over_copy"] for r in rows)
+    tcp = statistics.median(r["zc_over_tcp"] for r in rows)
+    return {"size": ZC_SIZE, "from": source, "rounds": rows,
+            "zc_over_copy_median": copy, "zc_over_tcp_median": tcp,
+            "zc_over_copy_target": ZC_OVER_COPY_TARGET,
+            "zc_over_tcp_target": ZC_OVER_TCP_TARGET,
+            "zc_over_copy_met": copy >= ZC_OVER_COPY_TARGET,
+            "zc_over_tcp_met": tcp >= ZC_OVER_TCP_TARGET}
+
+
+def large_md(lg, meta):
+    if not lg:
+        return []
+    md = ["## Large messages and zero copy", "",
+          f"**Targets (guest figures, {size_name(ZC_SIZE)} messages): zero copy ≥ "
+          f"{ZC_OVER_COPY_TARGET:g}× the copy path (libsd with SD_ZEROCOPY=0) and "
+          f"≥ {ZC_OVER_TCP_TARGET:g}× TCP loopback.**", "",
+          "One-way stream: the sender sends one page-aligned malloc'd buffer of the "
+          "size again and again (\"sender rewrites\": after a memset of all of it, "
+          "so the copy-on-write cost shows), the receiver takes each message whole "
+          "into a page-aligned malloc'd buffer of the size.  libsd rows run under "
+          "sdrun (malloc'd buffers are pool memory), the others plain.  GB/s "
+          "(10^9 bytes) and messages per second.  The host rows are the copy path "
+          "measured natively, without the module.", ""]
+    g = meta.get("guest", {})
+    zct = g.get("zerocopy_threshold")
+    if zct == 0:
+        md += ["**Guest net.sd.zerocopy_threshold is 0: zero copy was off for "
+               "every process.**", ""]
+    elif zct is not None:
+        md += [f"Guest net.sd.zerocopy_threshold: {zct} bytes.", ""]
+    for t, note in sorted(lg["notes"].items(), key=lambda x: large_rank(x[0])):
+        md += [f"**{LARGE_NAMES.get(t, t)}: ⚠ {note}.**", ""]
+    for t, c in sorted(lg["zc_counters"].items(), key=lambda x: large_rank(x[0])):
+        if c:
+            md += [f"- {LARGE_NAMES.get(t, t)}: module counters over the run: " +
+                   ", ".join(f"{k} {v}" for k, v in c.items())]
+    if any(lg["zc_counters"].values()):
+        md += [""]
+
+    sizes = lg["sizes"]
+    head = ["where", "transport"] + [size_name(s) for s in sizes]
+    by = {(r["where"], r["transport"], r["size"]): r for r in lg["results"]}
+    rows = []
+    for where in ("guest", "host"):
+        for t in sorted({k[1] for k in by if k[0] == where}, key=large_rank):
+            name = LARGE_NAMES.get(t, t) + (" ⚠" if t in lg["notes"] else "")
+            row = [where, name]
+            for s in sizes:
+                r = by.get((where, t, s))
+                row.append(f"{r['gb_per_s']:.3g} ({si(r['msgs_per_s'])}/s)" if r else "–")
+            rows.append(row)
+    md += [f"### One-way throughput, GB/s (messages/s); target at "
+           f"{size_name(ZC_SIZE)}, guest: zero copy ≥ {ZC_OVER_COPY_TARGET:g}× copy "
+           f"path, ≥ {ZC_OVER_TCP_TARGET:g}× TCP", ""]
+    md += table(head, rows, left=2) + [""]
+
+    rows = []
+    for r in lg["ratios"]:
+        row = [r["where"], r["ratio"]]
+        for s in sizes:
+            v = r["by_size"].get(str(s))
+            row.append(f"{v:.3g}×" if v else "–")
+        rows.append(row)
+    if rows:
+        md += [f"### Ratios (messages/s; target at {size_name(ZC_SIZE)}, guest: "
+               f"zero copy ÷ copy path ≥ {ZC_OVER_COPY_TARGET:g}×, zero copy ÷ TCP ≥ "
+               f"{ZC_OVER_TCP_TARGET:g}×)", ""]
+        md += table(["where", "ratio"] + [size_name(s) for s in sizes], rows,
+                    left=2) + [""]
+
+    t = lg["targets"]
+    if t:
+        if t["from"] == "rounds":
+            md += [f"Paired rounds at {size_name(t['size'])} (guest): each round "
+                   "measures zero copy, the copy path and TCP one after the other; "
+                   "the verdict uses the median ratios.", ""]
+            md += table(["round", "zero copy msg/s", "copy path msg/s", "TCP msg/s",
+                         "zc ÷ copy", "zc ÷ TCP"],
+                        [[str(r["round"]), si(r["libsd-zc"]) + "/s",
+                          si(r["libsd-copy"]) + "/s", si(r["tcp"]) + "/s",
+                          f"{r['zc_over_copy']:.2f}×", f"{r['zc_over_tcp']:.2f}×"]
+                         for r in t["rounds"]]) + [""]
+        else:
+            md += [f"No paired rounds: the verdict uses the sweep's "
+                   f"{size_name(t['size'])} points.", ""]
+        md += [f"Zero copy ÷ copy path **{t['zc_over_copy_median']:.2f}×** (target ≥ "
+               f"{ZC_OVER_COPY_TARGET:g}×: {'met' if t['zc_over_copy_met'] else 'not met'}); "
+               f"zero copy ÷ TCP **{t['zc_over_tcp_median']:.2f}×** (target ≥ "
+               f"{ZC_OVER_TCP_TARGET:g}×: {'met' if t['zc_over_tcp_met'] else 'not met'})"
+               + ("; ⚠ see the notes above: these are not zero-copy figures"
+                  if "libsd-zc" in lg["notes"] else "") + ".", ""]
+    for d in lg["skipped"]:
+        what = "Failed" if "failed" in d else "Skipped"
+        md += [f"**{what}: {d['where']} {d['transport']} (large messages): "
+               f"{d.get('failed', d.get('skipped'))}**", ""]
+    return md
+
+
 def size_name(n):
     if n >= 1 << 20 and n % (1 << 20) == 0:
         return f"{n >> 20} MiB"
@@ -268,9 +527,10 @@ def ordered(transports):
     return sorted(transports, key=rank)
 
 
-def table(head, rows):
+def table(head, rows, left=1):
+    """A markdown table, its first left columns aligned left, the rest right."""
     out = ["| " + " | ".join(head) + " |",
-           "|" + "|".join("---" if i == 0 else "---:" for i in range(len(head))) + "|"]
+           "|" + "|".join("---" if i < left else "---:" for i in range(len(head))) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return out
 
@@ -285,7 +545,7 @@ def where_title(where, meta):
             f"({m.get('cpu_model', '?')}), kernel {m.get('kernel', '?')}")
 
 
-def markdown(meta, records, skipped, fp, generated, targets=None):
+def markdown(meta, records, skipped, fp, generated, targets=None, large=None):
     md = ["# AF_SD benchmark", "",
           f"Generated {generated} by `make bench` (bench/run, bench/report.py); "
           "see Documentation/bench.rst.", ""]
@@ -369,6 +629,8 @@ def markdown(meta, records, skipped, fp, generated, targets=None):
                     rows.append(row)
                 md += [f"{label} relative to {NAMES[ref]}:", ""] + table(head, rows) + [""]
 
+    md += large_md(large, meta)
+
     for d in skipped:
         if "failed" in d:
             md += [f"**Failed: {d['where']} {d['transport']}: {d['failed']}** "
@@ -432,6 +694,7 @@ def main():
         sys.exit("report: no measurements in the input")
     fp = fast_path(trace)
     targets = pairs(lines)
+    large = large_messages(lines, fp)
     app_rows, app_failed = apps_table(read_apps(args.inputs))
     generated = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
@@ -451,11 +714,11 @@ def main():
                    "TCG makes system calls dearer than on hardware); compare "
                    "against the raw shared-memory queue (transport shm)",
            "meta": meta, "libsd_fast_path": fp, "skipped": skipped,
-           "targets": targets, "results": results,
+           "targets": targets, "results": results, "large": large,
            "apps": {"rows": app_rows, "failed": app_failed}}
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated,
-                                                     targets) +
+                                             targets, large) +
                                     "\n".join(apps_md(app_rows, app_failed)) + "\n")
     wrote = plot(records, fp, out / "results.png")
     print(f"report: wrote {out}/results.json, results.md"

@@ -9,6 +9,13 @@
 //   tcp   TCP over loopback, TCP_NODELAY
 //   sd    AF_SD stream sockets through plain system calls
 //
+// With --malloc the stream test moves large messages the way the zero-copy
+// benchmark of the paper does: the sender sends one page-aligned malloc'd
+// buffer again and again (--rewrite: after a memset of all of it), the
+// receiver takes each message whole into a page-aligned malloc'd buffer of
+// the message size.  Under sdrun, malloc of 16 KiB or more is pool memory
+// that libsd can hand over by remapping (zero copy).
+//
 // One JSON object per line on stdout for each measured point (see
 // Documentation/bench.rst); progress on stderr.  bench/run drives it and
 // bench/report.py turns the lines into tables and a plot.
@@ -47,6 +54,9 @@ struct Options {
 	double seconds = 1.5;
 	std::size_t ring_size = 128 * 1024;	// AF_SD's default (net.sd.ring_size)
 	bool pin = true;
+	// The stream test with malloc'd buffers and whole messages (--malloc),
+	// the sender rewriting its buffer before each send (--rewrite).
+	bool malloc_bufs = false, rewrite = false;
 	// The two CPUs the peers run on (-1: not pinned), chosen once at the
 	// start: the parent pins itself, so its later affinity is one CPU.
 	int cpu_a = -1, cpu_b = -1;
@@ -208,6 +218,7 @@ struct PingResult {
 struct StreamResult {
 	std::uint64_t msgs = 0, bytes = 0;
 	double seconds = 0;
+	bool malloc_aligned = false;	// --malloc: both peers' malloc gave whole pages
 };
 
 // At most this many round-trip samples (16 MiB): a point that reaches it
@@ -317,6 +328,119 @@ template <typename Chan> void stream_receiver(Chan &ch)
 	ch.fin();
 }
 
+// --malloc: a buffer of size bytes from malloc, starting on a page.  Under
+// sdrun, malloc of 16 KiB or more returns whole pages of a pool, and the
+// buffer is malloc's block itself (aligned is true); glibc's malloc does
+// not align, so there the block is a page longer and the buffer starts at
+// its first page boundary.
+class PageBuf {
+public:
+	explicit PageBuf(std::size_t size)
+	{
+		const auto page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+		raw_ = std::malloc(size);
+		if (raw_ && reinterpret_cast<std::uintptr_t>(raw_) % page == 0) {
+			aligned_ = true;
+			p_ = static_cast<char *>(raw_);
+			return;
+		}
+		std::free(raw_);
+		raw_ = std::malloc(size + page);
+		if (!raw_)
+			die("malloc", ENOMEM);
+		const auto a = (reinterpret_cast<std::uintptr_t>(raw_) + page - 1) & ~(page - 1);
+		p_ = static_cast<char *>(raw_) + (a - reinterpret_cast<std::uintptr_t>(raw_));
+	}
+	PageBuf(const PageBuf &) = delete;
+	PageBuf &operator=(const PageBuf &) = delete;
+	~PageBuf() { std::free(raw_); }
+
+	char *data() const { return p_; }
+	bool malloc_aligned() const { return aligned_; }
+
+private:
+	void *raw_ = nullptr;
+	char *p_ = nullptr;
+	bool aligned_ = false;
+};
+
+// --malloc: the byte every message k is made of: one value throughout
+// when the sender reuses its buffer, a new one per message (never 0, the
+// value of fresh pages) when it rewrites it.
+inline char fill_byte(bool rewrite, std::uint64_t k)
+{
+	return static_cast<char>(rewrite ? 1 + k % 255 : 0x5a);
+}
+
+// The receiver's answer in --malloc mode.
+struct StreamAnswer {
+	std::uint64_t bytes;
+	std::uint32_t malloc_aligned;	// its buffer was malloc's block itself
+	std::uint32_t bad;		// a message did not hold its bytes
+};
+
+template <typename Chan>
+StreamResult stream_sender_malloc(Chan &ch, std::size_t size, double seconds, bool rewrite)
+{
+	PageBuf buf(size);
+	// Written once before the clock starts (the reused buffer's content).
+	std::memset(buf.data(), fill_byte(rewrite, 0), size);
+	const auto span = static_cast<std::uint64_t>(seconds * 1e9);
+	StreamResult r;
+
+	const std::uint64_t start = now_ns();
+	for (;;) {
+		if (rewrite)
+			std::memset(buf.data(), fill_byte(true, r.msgs), size);
+		ch.send_all(buf.data(), size);
+		r.msgs++;
+		if (now_ns() - start >= span)
+			break;
+	}
+	ch.fin();
+	StreamAnswer a{};
+	if (!recv_all(ch, &a, sizeof(a)))
+		die("stream: no count from the receiver", EPIPE);
+	r.seconds = static_cast<double>(now_ns() - start) / 1e9;
+	r.bytes = r.msgs * size;
+	r.malloc_aligned = buf.malloc_aligned() && a.malloc_aligned;
+	if (a.bytes != r.bytes || a.bad) {
+		std::fprintf(stderr, "sdbench: stream: sent %" PRIu64 " bytes, received %" PRIu64
+			     "%s\n", r.bytes, a.bytes, a.bad ? ", some of them wrong" : "");
+		std::exit(1);
+	}
+	return r;
+}
+
+// Each message whole into the buffer, then a look at its first and last
+// byte.  A wrong message is reported and the stream read to its end (an
+// shm sender would wait for credit forever otherwise).
+template <typename Chan> void stream_receiver_malloc(Chan &ch, std::size_t size, bool rewrite)
+{
+	PageBuf buf(size);
+	std::memset(buf.data(), 0, size);
+	char *const p = buf.data();
+	StreamAnswer a{0, buf.malloc_aligned(), 0};
+	for (std::uint64_t k = 0;; k++) {
+		std::size_t got = 0;
+		while (got < size) {
+			const ssize_t n = ch.recv_some(p + got, size - got);
+			if (n == 0)
+				break;
+			got += static_cast<std::size_t>(n);
+		}
+		a.bytes += got;
+		if (got < size)
+			break;
+		const char want = fill_byte(rewrite, k);
+		if ((p[0] != want || p[size - 1] != want) && !a.bad++)
+			std::fprintf(stderr, "sdbench: stream: message %" PRIu64 " holds %#x..%#x, "
+				     "not %#x\n", k, p[0] & 0xff, p[size - 1] & 0xff, want & 0xff);
+	}
+	ch.send_all(&a, sizeof(a));
+	ch.fin();
+}
+
 // The two CPUs to pin the peers to, or -1.
 void pick_cpus(int &a, int &b)
 {
@@ -396,6 +520,9 @@ void json_head(const Options &o, const std::string &via, const char *test, std::
 		    size, o.pin ? "true" : "false");
 	if (via == "shm")
 		std::printf(", \"ring_size\": %zu", o.ring_size);
+	if (o.malloc_bufs && !std::strcmp(test, "stream"))
+		std::printf(", \"buffers\": \"malloc\", \"rewrite\": %s",
+			    o.rewrite ? "true" : "false");
 }
 
 // Runs the child's side in a forked process and the parent's here.
@@ -433,14 +560,22 @@ bool run_point(const Options &o, const std::string &via, const std::string &test
 		die("fork", errno);
 	if (pid == 0) {
 		pin(cpu_b);
+		auto serve = [&](auto &ch) {
+			if (test == "pingpong")
+				ping_server(ch, size);
+			else if (o.malloc_bufs)
+				stream_receiver_malloc(ch, size, o.rewrite);
+			else
+				stream_receiver(ch);
+		};
 		if (map) {
 			// The child writes ring 1 and reads ring 0.
 			ShmChan ch(map + second, off[1], map, off[0]);
-			test == "pingpong" ? ping_server(ch, size) : stream_receiver(ch);
+			serve(ch);
 		} else {
 			close(fds[0]);
 			SockChan ch(fds[1]);
-			test == "pingpong" ? ping_server(ch, size) : stream_receiver(ch);
+			serve(ch);
 		}
 		_exit(0);
 	}
@@ -448,19 +583,21 @@ bool run_point(const Options &o, const std::string &via, const std::string &test
 
 	PingResult pr;
 	StreamResult sr;
-	if (map) {
-		ShmChan ch(map, off[0], map + second, off[1]);
+	auto drive = [&](auto &ch) {
 		if (test == "pingpong")
 			pr = ping_client(ch, size, o.seconds);
+		else if (o.malloc_bufs)
+			sr = stream_sender_malloc(ch, size, o.seconds, o.rewrite);
 		else
 			sr = stream_sender(ch, size, o.seconds);
+	};
+	if (map) {
+		ShmChan ch(map, off[0], map + second, off[1]);
+		drive(ch);
 	} else {
 		close(fds[1]);
 		SockChan ch(fds[0]);
-		if (test == "pingpong")
-			pr = ping_client(ch, size, o.seconds);
-		else
-			sr = stream_sender(ch, size, o.seconds);
+		drive(ch);
 	}
 	int status = 0;
 	if (waitpid(pid, &status, 0) < 0)
@@ -480,12 +617,15 @@ bool run_point(const Options &o, const std::string &via, const std::string &test
 			    ", \"rtt_us_min\": %.3f, \"rtt_us_mean\": %.3f}\n",
 			    pr.seconds, pr.round_trips, pr.median_us, pr.p99_us, pr.min_us,
 			    pr.mean_us);
-	else
+	else {
+		if (o.malloc_bufs)
+			std::printf(", \"malloc_aligned\": %s", sr.malloc_aligned ? "true" : "false");
 		std::printf(", \"seconds\": %.3f, \"msgs\": %" PRIu64 ", \"bytes\": %" PRIu64
 			    ", \"msgs_per_s\": %.1f, \"mb_per_s\": %.3f}\n",
 			    sr.seconds, sr.msgs, sr.bytes,
 			    static_cast<double>(sr.msgs) / sr.seconds,
 			    static_cast<double>(sr.bytes) / sr.seconds / 1e6);
+	}
 	std::fflush(stdout);
 	return true;
 }
@@ -535,6 +675,9 @@ void usage(FILE *f)
 			"  --label NAME       transport name to print (default: the transport)\n"
 			"  --ring-size N      bytes of each shm ring (default: 128K)\n"
 			"  --no-pin           do not pin the two processes to two CPUs\n"
+			"  --malloc           stream: send one page-aligned malloc'd buffer, receive\n"
+			"                     each message whole into one (the zero-copy benchmark)\n"
+			"  --rewrite          with --malloc: memset the buffer before each send\n"
 			"  -h, --help         this text\n"
 			"\n"
 			"Prints one JSON object per point; see Documentation/bench.rst.\n");
@@ -620,11 +763,19 @@ int main(int argc, char **argv)
 			o.ring_size = parse_size(value());
 		} else if (a == "--no-pin") {
 			o.pin = false;
+		} else if (a == "--malloc") {
+			o.malloc_bufs = true;
+		} else if (a == "--rewrite") {
+			o.rewrite = true;
 		} else {
 			std::fprintf(stderr, "sdbench: unknown option '%s'\n", a.c_str());
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (o.rewrite && !o.malloc_bufs) {
+		std::fprintf(stderr, "sdbench: --rewrite needs --malloc\n");
+		return 2;
 	}
 	if (!(o.seconds > 0 && o.seconds <= 600)) {
 		std::fprintf(stderr, "sdbench: --seconds must be in (0, 600]\n");
