@@ -707,8 +707,9 @@ static size_t sd_zc_copy(struct sd_zc_entry *e, u32 off, u32 len,
 /*
  * The kernel's receive path met a zero-copy record with handle @seq
  * standing for @len bytes, @off of them taken: deliver up to @want of them
- * to the iterator, remapping whole pages where it points into a pool.  Returns the bytes copied, -EFAULT if none could be, or
- * -EPROTO for a handle that is not the connection's next.
+ * to the iterator, remapping whole pages where it points into a pool.
+ * Returns 0 with *done set, -EFAULT if nothing could be placed, or -EPROTO
+ * for a handle that is not the connection's next.
  */
 int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
 	       u32 off, u32 want, struct iov_iter *to, bool peek, u32 *done)

@@ -66,7 +66,13 @@ usable_size_t resolve_usable_size() noexcept
 
 	if (f) [[likely]]
 		return f;
-	f = reinterpret_cast<usable_size_t>(dlsym(RTLD_NEXT, "malloc_usable_size"));
+	// glibc's own, not the next one: a program may bring an allocator
+	// (jemalloc in Redis) whose malloc_usable_size does not know glibc's
+	// pointers, which are the ones this malloc hands out.
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	f = libc ? reinterpret_cast<usable_size_t>(dlsym(libc, "malloc_usable_size")) : nullptr;
+	if (libc)
+		dlclose(libc);
 	if (!f) {
 		static const char msg[] =
 			"libsdpreload: cannot find glibc's malloc_usable_size; aborting\n";

@@ -561,8 +561,11 @@ std::size_t threshold() noexcept
 	// now and decide on a later call.
 	if (!environ)
 		return 0;
+	// Opt-in (SD_ZEROCOPY=1): a program with an allocator of its own
+	// (jemalloc in Redis) may hand glibc's malloc's pointers to it, or
+	// its pointers to malloc_usable_size; the shim then stays out.
 	const char *env = std::getenv("SD_ZEROCOPY");
-	if (env && std::strcmp(env, "0") == 0)
+	if (!env || std::strcmp(env, "1") != 0)
 		t = 0;
 	else
 		t = read_sysctl();

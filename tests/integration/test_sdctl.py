@@ -27,9 +27,10 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "denied_bind", "backlog_full", "resets", "corrupt", "wakeups",
          "takeovers", "fallback_no_listener", "fallback_peer_no_sd",
          "fallback_no_rdma", "fallback_handshake", "fallback_policy",
-         "fallback_tcp_client", "fallback_remote", "redirected"]
+         "fallback_tcp_client", "fallback_remote", "redirected",
+         "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow"]
 SETTINGS = ["default_policy", "port_range", "redirect", "ring_size",
-            "ring_size_max"]
+            "ring_size_max", "zerocopy_threshold"]
 
 
 def sdctl(*args, user=None, check=True, timeout=120, prefix=()):

@@ -75,7 +75,7 @@ def run(name, sd, zerocopy=True, timeout=120):
     """Run one scenario; return the bytes it checked."""
     cmd = ([SDRUN] if sd else []) + [prog("sd_zcopy"), name]
     env = dict(os.environ)
-    env.pop("SD_ZEROCOPY", None)
+    env["SD_ZEROCOPY"] = "1"
     if not zerocopy:
         env["SD_ZEROCOPY"] = "0"
     out = subprocess.run(cmd, capture_output=True, text=True, env=env,

@@ -84,14 +84,14 @@ void shim_ignores_test_threshold(void **)
 
 void anon_pool(void **)
 {
-	assert_int_equal(probe(SD_ZC_ANON, "pool", "libzc_anon", {"SD_ZC_TEST_THRESHOLD=65536"}),
+	assert_int_equal(probe(SD_ZC_ANON, "pool", "libzc_anon", {"SD_ZC_TEST_THRESHOLD=65536", "SD_ZEROCOPY=1"}),
 			 0);
 }
 
 void anon_pool_full(void **)
 {
 	assert_int_equal(probe(SD_ZC_ANON, "full", "libzc_anon",
-			       {"SD_ZC_TEST_THRESHOLD=65536", "SD_ZC_TEST_POOL_PAGES=64"}),
+			       {"SD_ZC_TEST_THRESHOLD=65536", "SD_ZC_TEST_POOL_PAGES=64", "SD_ZEROCOPY=1"}),
 			 0);
 }
 
