@@ -705,33 +705,31 @@ static size_t sd_zc_copy(struct sd_zc_entry *e, u32 off, u32 len,
 }
 
 /*
- * The kernel's receive path met a zero-copy record with handle @seq
- * standing for @len bytes, @off of them taken: deliver up to @want of them
- * to the iterator, remapping whole pages where it points into a pool.
- * Returns 0 with *done set, -EFAULT if nothing could be placed, or -EPROTO
- * for a handle that is not the connection's next.
+ * Deliver up to @want bytes of the entry of handle @seq, from its byte
+ * @off, to @to: whole pages remapped where the iterator's first segment
+ * lines up in a pool of the caller, the rest copied.  @len, unless 0, is
+ * the length the record claims, which must be the entry's.  A consumed
+ * entry is released.  Returns 0 with *done (and *mapped of it) set,
+ * -EFAULT if nothing could be placed, or -EPROTO for a handle that is not
+ * the connection's next.
  */
-int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
-	       u32 off, u32 want, struct iov_iter *to, bool peek, u32 *done)
+static int sd_zc_deliver(struct sd_zc_queue *zq, struct net *net, u64 seq,
+			 u32 len, u32 off, u32 want, struct iov_iter *to,
+			 bool peek, u32 *mapped, u32 *done)
 {
-	struct sd_zc_queue *zq = &ring->zq;
 	struct sd_zc_entry *e;
-	u32 mapped, copied;
+	u32 copied;
 	int err = 0;
 
 	*done = 0;
+	*mapped = 0;
 	mutex_lock(&zq->cons_lock);
 	e = sd_zc_find(zq, seq, peek);
-	if (!e || e->len != len || off >= len) {
+	if (!e || (len && e->len != len) || off >= e->len) {
 		err = -EPROTO;
 		goto out;
 	}
-	want = min(want, len - off);
-	/*
-	 * A receiver that slept here (or uses no libsd) gets whole pages
-	 * remapped too, when its buffer is pool memory and lines up.
-	 */
-	mapped = 0;
+	want = min(want, e->len - off);
 	if (!peek && PAGE_ALIGNED(off) && want >= PAGE_SIZE) {
 		unsigned long addr = 0, seg = 0;
 
@@ -746,18 +744,19 @@ int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
 		}
 		seg = min_t(unsigned long, seg, want);
 		if (PAGE_ALIGNED(addr) && seg >= PAGE_SIZE)
-			mapped = sd_zc_remap(net, addr, e->pages + (off >> PAGE_SHIFT),
-					     seg >> PAGE_SHIFT) << PAGE_SHIFT;
-		iov_iter_advance(to, mapped);
+			*mapped = sd_zc_remap(net, addr,
+					      e->pages + (off >> PAGE_SHIFT),
+					      seg >> PAGE_SHIFT) << PAGE_SHIFT;
+		iov_iter_advance(to, *mapped);
 	}
-	copied = sd_zc_copy(e, off + mapped, want - mapped, to);
-	*done = mapped + copied;
+	copied = sd_zc_copy(e, off + *mapped, want - *mapped, to);
+	*done = *mapped + copied;
 	if (!*done && want) {
 		err = -EFAULT;
 		goto out;
 	}
 	atomic64_add(copied, &sd_net(net)->stats[SD_STAT_ZC_COPIED]);
-	if (!peek && off + *done == len)
+	if (!peek && off + *done == e->len)
 		sd_zc_unlink(zq, e);
 out:
 	mutex_unlock(&zq->cons_lock);
@@ -765,56 +764,43 @@ out:
 }
 
 /*
+ * The kernel's receive path met a zero-copy record with handle @seq
+ * standing for @len bytes, @off of them taken: deliver up to @want of them
+ * (a receiver that slept here, or uses no libsd, gets pages remapped too).
+ */
+int sd_zc_read(struct sd_ring *ring, struct net *net, u64 seq, u32 len,
+	       u32 off, u32 want, struct iov_iter *to, bool peek, u32 *done)
+{
+	u32 mapped;
+
+	return sd_zc_deliver(&ring->zq, net, seq, len, off, want, to, peek,
+			     &mapped, done);
+}
+
+/*
  * SD_IOC_ZC_RECV: libsd, consuming @ring, met a zero-copy record.  Returns
- * the bytes placed, -EFAULT, or -EPROTO (the caller resets the connection).
+ * the bytes placed, -EINVAL, -EFAULT, or -EPROTO (the caller resets the
+ * connection).
  */
 int sd_zc_recv(struct sock *sk, struct sd_ring *ring, struct sd_zc_recv *zr)
 {
-	struct sd_zc_queue *zq = &ring->zq;
-	bool peek = zr->flags & SD_ZC_PEEK;
-	u32 n, mapped = 0;
-	struct sd_zc_entry *e;
 	struct iov_iter to;
 	struct iovec iov;
-	size_t copied;
+	u32 mapped, done;
 	int err;
 
 	if (zr->flags & ~SD_ZC_PEEK)
 		return -EINVAL;
 	zr->remapped = 0;
-	mutex_lock(&zq->cons_lock);
-	e = sd_zc_find(zq, zr->seq, peek);
-	if (!e || zr->off >= e->len) {
-		err = -EPROTO;
-		goto out;
-	}
-	n = min(zr->len, e->len - zr->off);
-	/* Whole pages on both sides: remap them. */
-	if (!peek && PAGE_ALIGNED(zr->addr) && PAGE_ALIGNED(zr->off) &&
-	    n >= PAGE_SIZE)
-		mapped = sd_zc_remap(sock_net(sk), zr->addr,
-				     e->pages + (zr->off >> PAGE_SHIFT),
-				     n >> PAGE_SHIFT) << PAGE_SHIFT;
-	copied = 0;
-	if (n > mapped) {
-		err = import_single_range(ITER_DEST,
-					  u64_to_user_ptr(zr->addr + mapped),
-					  n - mapped, &iov, &to);
-		if (err)
-			goto out;
-		copied = sd_zc_copy(e, zr->off + mapped, n - mapped, &to);
-		atomic64_add(copied, &sd_net(sock_net(sk))->stats[SD_STAT_ZC_COPIED]);
-		if (!copied && !mapped) {
-			err = -EFAULT;
-			goto out;
-		}
-	}
-	n = mapped + copied;
+	err = import_single_range(ITER_DEST, u64_to_user_ptr(zr->addr),
+				  zr->len, &iov, &to);
+	if (err)
+		return err;
+	err = sd_zc_deliver(&ring->zq, sock_net(sk), zr->seq, 0, zr->off,
+			    zr->len, &to, zr->flags & SD_ZC_PEEK, &mapped,
+			    &done);
+	if (err)
+		return err;
 	zr->remapped = mapped;
-	if (!peek && zr->off + n == e->len)
-		sd_zc_unlink(zq, e);
-	err = n;
-out:
-	mutex_unlock(&zq->cons_lock);
-	return err;
+	return done;
 }

@@ -276,7 +276,8 @@ std::uint64_t Producer::space() const noexcept
 	return n;
 }
 
-ssize_t Producer::write(std::span<const iovec> iov) noexcept
+// Why nothing may be written now (0: it may).
+int Producer::stopped() const noexcept
 {
 	if (err_)
 		return err_;
@@ -286,6 +287,13 @@ ssize_t Producer::write(std::span<const iovec> iov) noexcept
 		return -ECONNRESET;
 	if (peer_ & SD_RING_CLOSED)
 		return -EPIPE;
+	return 0;
+}
+
+ssize_t Producer::write(std::span<const iovec> iov) noexcept
+{
+	if (const int e = stopped())
+		return e;
 	if (need_credit_)
 		clear_need_credit();
 
@@ -337,14 +345,8 @@ ssize_t Producer::writable() noexcept
 
 int Producer::zc_room() noexcept
 {
-	if (err_)
-		return err_;
-	if (fin_)
-		return -EPIPE;
-	if (peer_ & SD_RING_RESET)
-		return -ECONNRESET;
-	if (peer_ & SD_RING_CLOSED)
-		return -EPIPE;
+	if (const int e = stopped())
+		return e;
 	const std::uint64_t contig = size_ - (tail_ & mask_);
 	const std::uint64_t need = contig < ZC_SPACE ? contig + ZC_SPACE : ZC_SPACE;
 

@@ -128,6 +128,7 @@ public:
 	int error() const noexcept { return err_; }
 
 private:
+	int stopped() const noexcept;
 	int refresh() noexcept;
 	void put(std::uint64_t off, std::uint32_t len, std::uint32_t flags) noexcept;
 	void notify() noexcept;

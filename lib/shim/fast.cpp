@@ -451,6 +451,27 @@ ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, boo
 	return n;
 }
 
+// What a send that wrote done bytes, and whose last step returned n, tells
+// its caller: true with *result (and errno), or false for the kernel's
+// path to report the end of the connection.
+bool send_result(size_t done, bool kernel_done, ssize_t n, ssize_t *result)
+{
+	if (done) {
+		*result = static_cast<ssize_t>(done);
+		return true;
+	}
+	if (kernel_done) {
+		*result = -1;
+		return true;
+	}
+	if (n == -EAGAIN) {
+		*result = -1;
+		errno = EAGAIN;
+		return true;
+	}
+	return false;
+}
+
 bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 {
 	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
@@ -486,24 +507,11 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if (zt && want >= zt) [[unlikely]] {
 		const bool nonblock = (flags & MSG_DONTWAIT) ||
 				      c->nonblock.load(std::memory_order_relaxed);
-		ssize_t n = send_zc(fd, s, iov, iovcnt, flags, nonblock, want, zt, done,
-				    kernel_done);
+		const ssize_t n = send_zc(fd, s, iov, iovcnt, flags, nonblock, want, zt, done,
+					  kernel_done);
 		end(s);
 		unlock_side(s, locked);
-		if (done) {
-			*result = static_cast<ssize_t>(done);
-			return true;
-		}
-		if (kernel_done) {
-			*result = -1;
-			return true;
-		}
-		if (n == -EAGAIN) {
-			*result = -1;
-			errno = EAGAIN;
-			return true;
-		}
-		return false;
+		return send_result(done, kernel_done, n, result);
 	}
 	ssize_t n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
 
@@ -520,21 +528,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	}
 	end(s);
 	unlock_side(s, locked);
-
-	if (done) {
-		*result = static_cast<ssize_t>(done);
-		return true;
-	}
-	if (kernel_done) {
-		*result = -1;
-		return true;
-	}
-	if (n == -EAGAIN) {
-		*result = -1;
-		errno = EAGAIN;
-		return true;
-	}
-	return false;	/* the end of the connection: the kernel reports it */
+	return send_result(done, kernel_done, n, result);
 }
 
 // The record at the head of the ring is zero-copy: the kernel places its

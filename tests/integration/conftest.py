@@ -35,6 +35,27 @@ def run_json(*args, check=True, timeout=120):
     return [json.loads(line) for line in out.stdout.splitlines() if line]
 
 
+SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
+
+
+def sd_stats():
+    """The module's counters, as sdctl --json stats prints them."""
+    out = subprocess.run([SDCTL, "--json", "stats"], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+class StatsDelta:
+    """sdctl's counters since construction: call it for the differences."""
+
+    def __init__(self):
+        self.before = sd_stats()
+
+    def __call__(self):
+        now = sd_stats()
+        return {k: now[k] - self.before.get(k, 0) for k in now}
+
+
 REDIRECT = pathlib.Path("/proc/sys/net/sd/redirect")
 
 

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from conftest import AF_SD, REDIRECT, TOP, redirect, wait_for
+from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, redirect,
+                      sd_stats, wait_for)
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
-SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
 PROBE = str(HERE / "redirect_probe.py")
 SYSCTL = REDIRECT
 SOL_SD, SD_REUSEPORT, SD_REDIRECTED = 0x5344, 2, 3
@@ -41,21 +41,8 @@ def redirect_and_no_rules():
     subprocess.run([SDCTL, "rules", "flush"], check=True)
 
 
-def stats():
-    out = subprocess.run([SDCTL, "--json", "stats"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
-
-
-class Delta:
-    """sdctl's counters since construction."""
-
-    def __init__(self):
-        self.before = stats()
-
-    def __call__(self):
-        now = stats()
-        return {k: now[k] - self.before.get(k, 0) for k in now}
+stats = sd_stats
+Delta = StatsDelta
 
 
 def under(sd, cmd):

@@ -7,17 +7,15 @@ must show that zero copy happened exactly when it should.  Also the
 net.sd.zerocopy_threshold sysctl."""
 import errno
 import functools
-import json
 import os
 import pathlib
 import subprocess
 
 import pytest
 
-from conftest import TOP, prog
+from conftest import StatsDelta, TOP, prog
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
-SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
 THRESHOLD = pathlib.Path("/proc/sys/net/sd/zerocopy_threshold")
 DEFAULT_THRESHOLD = 16384
 
@@ -52,23 +50,14 @@ SCENARIOS = {
 RESETS = {"receiver-exits", "receiver-killed"}
 
 
-def stats():
-    out = subprocess.run([SDCTL, "--json", "stats"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
-
-
-class Delta:
-    """sdctl's counters since construction."""
-
-    def __init__(self):
-        self.before = stats()
+class Delta(StatsDelta):
+    """sdctl's counters since construction; the zero-copy ones must exist."""
 
     def __call__(self):
-        now = stats()
+        d = super().__call__()
         for name in ZC + ("zc_cow",):
-            assert name in now, f"sdctl stats has no {name}: {sorted(now)}"
-        return {k: now[k] - self.before.get(k, 0) for k in now}
+            assert name in d, f"sdctl stats has no {name}: {sorted(d)}"
+        return d
 
 
 def run(name, sd, zerocopy=True, timeout=120):
