@@ -272,6 +272,14 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 	 */
 	if (off % SD_REC_ALIGN)
 		return -EPROTO;
+	/*
+	 * Nothing can start a whole ring or more past the credit: the
+	 * memory there still holds records not consumed yet (a MSG_PEEK
+	 * that walked over all of them, or the one being read, meets them
+	 * again).  Empty, as for the producer it is.
+	 */
+	if (pos - credit >= ring->size)
+		return 0;
 	/* Rule 1: acquire the header, then the payload may be read. */
 	word = smp_load_acquire((u64 *)(ring->data + off));
 	if (!word)
@@ -384,6 +392,14 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 			n = min_t(size_t, rlen - roff, len - *done);
 			copied = copy_to_iter(ring->data + off + SD_REC_HDR_LEN +
 					      roff, n, to);
+			/*
+			 * Rule 2 for a record left half read: its bytes up
+			 * to rec_off are zero, so that whoever finishes it
+			 * (libsd too) need clear only from there on.
+			 */
+			if (!peek)
+				memset(ring->data + off + SD_REC_HDR_LEN + roff,
+				       0, copied);
 		}
 		*done += copied;
 		roff += copied;
@@ -393,9 +409,18 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 			break;
 		}
 		if (roff == rlen) {
-			/* Rule 2: zero what was consumed before the credit. */
-			if (!peek)
+			/*
+			 * Rule 2: zero what was consumed before the credit
+			 * (a copied payload is zero already: the header and
+			 * the alignment after the payload are left).
+			 */
+			if (!peek && rflags & SD_REC_ZC) {
 				memset(ring->data + off, 0, SD_REC_SPACE(hlen));
+			} else if (!peek) {
+				WRITE_ONCE(*(u64 *)(ring->data + off), 0);
+				memset(ring->data + off + SD_REC_HDR_LEN + hlen, 0,
+				       SD_REC_SPACE(hlen) - SD_REC_HDR_LEN - hlen);
+			}
 			pos += SD_REC_SPACE(hlen);
 			roff = 0;
 		}

@@ -604,8 +604,6 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		if (n == -EXDEV) [[unlikely]]
 			n = recv_zc(fd, s, iov, iovcnt, want);
 		if (n > 0) {
-			__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
-			__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
 			if (q.take_wake())
 				wake_peer(fd, SD_TOKEN_RX);
 			break;
@@ -620,6 +618,10 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		if (!backoff.again())
 			break;
 	}
+	// Where the kernel goes on from if it takes the side back.  Even a
+	// read that found nothing may have moved the head past padding.
+	__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
+	__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
 	// Credit published while looking: the writer may wait for it.
 	if (n <= 0 && q.take_wake())
 		wake_peer(fd, SD_TOKEN_RX);

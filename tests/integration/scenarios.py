@@ -412,6 +412,66 @@ def peek_and_partial(t, f):
 
 
 @scenario
+def peek_full_queue(t, f):
+    """MSG_PEEK with room for more than is queued, the queue full: it
+    returns a prefix of the stream, and again, and loses nothing.  (On
+    AF_SD an empty ring takes one record as large as the ring; a peek
+    past it meets that same record again, a whole ring on.)"""
+    c, s, _ = f.pair()
+    data = pattern(4 << 20, seed=3)
+    sent = 0
+    while sent < len(data):
+        try:
+            sent += c.send(data[sent:], socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            break
+    time.sleep(SETTLE)
+    t.log("filled", 0 < sent < len(data))
+    first = s.recv(8 << 20, socket.MSG_PEEK)
+    t.log("peek is a prefix", len(first) > 0 and data.startswith(first))
+    again = s.recv(8 << 20, socket.MSG_PEEK)
+    t.log("peek again is a prefix", len(again) >= len(first) and
+          data.startswith(again))
+    t.log("then every byte", recv_exact(s, sent) == data[:sent])
+    t.call("peek empty", s.recv, 10, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+
+
+def ring_size():
+    """Bytes of a new AF_SD ring (what the record sizes below aim at)."""
+    try:
+        with open("/proc/sys/net/sd/ring_size") as fh:
+            return int(fh.read())
+    except OSError:
+        return 128 << 10
+
+
+@scenario
+def waitall_then_plain_recv(t, f):
+    """A record taken in part by one reader and finished by another
+    (under libsd: MSG_WAITALL goes through the kernel, a plain recv does
+    not), then small messages where that record was: every byte, and
+    nothing stale read as a header."""
+    size = ring_size()
+    c, s, _ = f.pair()
+    first = pattern(size - 8, seed=5)
+    c.sendall(first)
+    got = s.recv(4096, socket.MSG_WAITALL)
+    t.log("waitall part", got == first[:4096])
+    t.log("the rest", recv_exact(s, len(first) - 4096) == first[4096:])
+    small = [pattern(n, seed=n) for n in (8, 1, 24, 100, 4000)]
+    ok = True
+    for m in small:
+        # The reader looks at where the next header goes before it is
+        # written.
+        c.sendall(m)
+        ok = ok and recv_exact(s, len(m)) == m
+        t.call("then nothing", s.recv, 10, socket.MSG_DONTWAIT)
+    t.log("small ones after", ok)
+    c.close()
+    t.call("eof", s.recv, 10)
+
+
+@scenario
 def dontwait_and_nonblock(t, f):
     c, s, _ = f.pair()
     t.call("recv DONTWAIT", s.recv, 10, socket.MSG_DONTWAIT)

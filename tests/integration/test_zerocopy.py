@@ -145,26 +145,7 @@ def test_zero_copy(name, redirect_on, no_leak):
     check_zero_copy(name, delta)
 
 
-# A bug of the copy path that these scenarios found, older than zero copy
-# (it reproduces on 66f197c): with 1 MiB messages through a 128 KiB ring,
-# the kernel, taking the consumer side back from libsd, meets a whole-ring
-# record beyond the credit it thinks was published and resets the
-# connection ("corrupt ring").  "partial" (MSG_PEEK after libsd reads)
-# hits it every time: strict, so the mark must go when it is fixed.
-# "mixed" hits it now and then (once in three full runs).
-COPY_PATH_BUGS = {
-    "partial": ("copy path: MSG_PEEK after libsd reads resets the "
-                "connection (pre-existing, see the note on issue 8)", True),
-    "mixed": ("copy path: the same reset, intermittently (pre-existing, "
-              "see the note on issue 8)", False),
-}
-
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=COPY_PATH_BUGS[n][0],
-                                            strict=COPY_PATH_BUGS[n][1]))
-    if n in COPY_PATH_BUGS else n
-    for n in SCENARIOS])
+@pytest.mark.parametrize("name", SCENARIOS)
 def test_zero_copy_off(name, redirect_on, no_leak):
     """SD_ZEROCOPY=0: the same bytes over AF_SD, no page handed over."""
     want = tcp_bytes(name)

@@ -97,7 +97,11 @@
  *
  * A header word of 0 means "nothing here yet".  The consumer zeroes every
  * byte it consumes before it publishes the credit for them, so the part of
- * the data area the producer has not yet written is always zero.
+ * the data area the producer has not yet written is always zero.  Of a
+ * record taken in part, the payload bytes taken are zero already (the
+ * side may change hands in the middle of it); the header goes last.
+ * Nothing can start at consumer + size or beyond: a header there is not
+ * looked at (it is a record not yet consumed, seen a whole ring on).
  *
  * Memory ordering (the only rules; "release" and "acquire" are the C11
  * orders, "full" a full barrier):
