@@ -185,6 +185,82 @@ static struct page *sd_pool_cow(struct sd_pool *pool, pgoff_t idx,
 	return page;
 }
 
+/*
+ * Mark slots [@first, @first + @nr) shared and take a reference on each
+ * page for @pages, allocating the pages of empty slots.  *@zap is set if
+ * any may be mapped writable (the caller removes those mappings).  One
+ * walk under the xarray's lock, rather than a lookup per page and mark;
+ * only an empty slot (never touched) leaves it.  Returns how many were
+ * taken: fewer than @nr when out of memory.  pool->lock.
+ */
+static u32 sd_pool_share(struct sd_pool *pool, pgoff_t first, u32 nr,
+			 struct page **pages, bool *zap)
+{
+	XA_STATE(xas, &pool->slots, first);
+	struct page *page;
+	u32 i;
+
+	xas_lock(&xas);
+	for (i = 0; i < nr; i++) {
+		page = i ? xas_next(&xas) : xas_load(&xas);
+		if (!page) {
+			xas_unlock(&xas);
+			page = sd_pool_slot(pool, first + i);
+			if (!page)
+				return i;
+			xas_set(&xas, first + i);
+			xas_lock(&xas);
+			xas_load(&xas);
+		}
+		if (xas_get_mark(&xas, SD_SLOT_WRITABLE)) {
+			xas_clear_mark(&xas, SD_SLOT_WRITABLE);
+			*zap = true;
+		}
+		xas_set_mark(&xas, SD_SLOT_SHARED);
+		get_page(page);
+		pages[i] = page;
+	}
+	xas_unlock(&xas);
+	return nr;
+}
+
+/*
+ * Put @pages into slots [@first, @first + @nr), shared, not writable, and
+ * return what the slots held in @old (NULL for an empty one).  The same
+ * single walk; an empty slot needs a node, which is allocated outside the
+ * lock and may fail.  Returns how many were placed.  pool->lock.
+ */
+static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
+			   struct page **pages, struct page **old)
+{
+	XA_STATE(xas, &pool->slots, first);
+	struct page *prev;
+	u32 i;
+
+	xas_lock(&xas);
+	for (i = 0; i < nr; i++) {
+		prev = i ? xas_next(&xas) : xas_load(&xas);
+		if (!prev) {
+			xas_unlock(&xas);
+			prev = xa_store(&pool->slots, first + i, pages[i],
+					GFP_KERNEL_ACCOUNT);
+			if (xa_is_err(prev))
+				return i;
+			xas_set(&xas, first + i);
+			xas_lock(&xas);
+			xas_load(&xas);
+		} else {
+			xas_store(&xas, pages[i]);
+		}
+		xas_set_mark(&xas, SD_SLOT_SHARED);
+		xas_clear_mark(&xas, SD_SLOT_WRITABLE);
+		get_page(pages[i]);
+		old[i] = prev;
+	}
+	xas_unlock(&xas);
+	return nr;
+}
+
 /* ---- the mapping --------------------------------------------------------- */
 
 /*
@@ -540,6 +616,7 @@ int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs)
 	struct sd_zc_entry *e;
 	struct sd_pool *pool;
 	bool zap = false;
+	pgoff_t first;
 	u32 i, nr;
 	int err;
 
@@ -569,21 +646,10 @@ int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs)
 	err = -ENOMEM;
 	if (pool->broken)
 		goto err_unlock_pool;
-	for (i = 0; i < nr; i++) {
-		unsigned long addr = zs->addr + ((unsigned long)i << PAGE_SHIFT);
-		pgoff_t idx = sd_pool_index(vma, addr);
-		struct page *page = sd_pool_slot(pool, idx);
-
-		if (!page)
-			goto err_put_pages;
-		if (xa_get_mark(&pool->slots, idx, SD_SLOT_WRITABLE)) {
-			xa_clear_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
-			zap = true;
-		}
-		xa_set_mark(&pool->slots, idx, SD_SLOT_SHARED);
-		get_page(page);
-		e->pages[i] = page;
-	}
+	first = sd_pool_index(vma, zs->addr);
+	i = sd_pool_share(pool, first, nr, e->pages, &zap);
+	if (i < nr)
+		goto err_put_pages;
 	/* From here on every write of the sender faults and copies. */
 	if (zap)
 		zap_page_range(vma, zs->addr, zs->len);
@@ -647,20 +713,7 @@ static u32 sd_zc_remap(struct net *net, unsigned long addr,
 	mutex_lock(&pool->lock);
 	if (pool->broken)
 		goto out_unlock;
-	for (done = 0; done < nr; done++) {
-		pgoff_t idx = sd_pool_index(vma, addr + done * PAGE_SIZE);
-		void *prev;
-
-		/* An empty slot needs a node: that may fail. */
-		prev = xa_store(&pool->slots, idx, pages[done],
-				GFP_KERNEL_ACCOUNT);
-		if (xa_is_err(prev))
-			break;
-		get_page(pages[done]);
-		old[done] = prev;
-		xa_set_mark(&pool->slots, idx, SD_SLOT_SHARED);
-		xa_clear_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
-	}
+	done = sd_pool_replace(pool, sd_pool_index(vma, addr), nr, pages, old);
 	if (done) {
 		/*
 		 * Out with the old pages, in with the new, read-only (the
