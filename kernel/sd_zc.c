@@ -118,8 +118,13 @@ static void sd_pool_put(struct sd_pool *pool)
 	kfree(pool);
 }
 
-/* A fresh page for a slot, from the spares if there are any.  pool->lock. */
-static struct page *sd_pool_page(struct sd_pool *pool, bool zero)
+/*
+ * A fresh page for a slot, from the spares if there are any.  @gfp adds
+ * to SD_POOL_GFP (a system call asks for __GFP_NORETRY: out of memory it
+ * fails with ENOMEM rather than calling the OOM killer, as a page fault
+ * does).  pool->lock.
+ */
+static struct page *sd_pool_page(struct sd_pool *pool, bool zero, gfp_t gfp)
 {
 	struct page *page;
 
@@ -129,7 +134,7 @@ static struct page *sd_pool_page(struct sd_pool *pool, bool zero)
 			clear_highpage(page);
 		return page;
 	}
-	return alloc_page(SD_POOL_GFP | (zero ? __GFP_ZERO : 0));
+	return alloc_page(SD_POOL_GFP | gfp | (zero ? __GFP_ZERO : 0));
 }
 
 /*
@@ -148,16 +153,18 @@ static void sd_pool_unref(struct sd_pool *pool, struct page *page)
  * The page of slot @idx, allocated (zeroed) if the slot is empty.  NULL
  * when out of memory.  pool->lock.
  */
-static struct page *sd_pool_slot(struct sd_pool *pool, pgoff_t idx)
+static struct page *sd_pool_slot(struct sd_pool *pool, pgoff_t idx,
+				 gfp_t gfp)
 {
 	struct page *page = xa_load(&pool->slots, idx);
 
 	if (page)
 		return page;
-	page = sd_pool_page(pool, true);
+	page = sd_pool_page(pool, true, gfp);
 	if (!page)
 		return NULL;
-	if (xa_err(xa_store(&pool->slots, idx, page, GFP_KERNEL_ACCOUNT))) {
+	if (xa_err(xa_store(&pool->slots, idx, page,
+			    GFP_KERNEL_ACCOUNT | gfp))) {
 		sd_pool_unref(pool, page);
 		return NULL;
 	}
@@ -172,7 +179,7 @@ static struct page *sd_pool_slot(struct sd_pool *pool, pgoff_t idx)
 static struct page *sd_pool_cow(struct sd_pool *pool, pgoff_t idx,
 				struct page *old)
 {
-	struct page *page = sd_pool_page(pool, false);
+	struct page *page = sd_pool_page(pool, false, 0);
 
 	if (!page)
 		return NULL;
@@ -205,7 +212,7 @@ static u32 sd_pool_share(struct sd_pool *pool, pgoff_t first, u32 nr,
 		page = i ? xas_next(&xas) : xas_load(&xas);
 		if (!page) {
 			xas_unlock(&xas);
-			page = sd_pool_slot(pool, first + i);
+			page = sd_pool_slot(pool, first + i, __GFP_NORETRY);
 			if (!page)
 				return i;
 			xas_set(&xas, first + i);
@@ -243,7 +250,7 @@ static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
 		if (!prev) {
 			xas_unlock(&xas);
 			prev = xa_store(&pool->slots, first + i, pages[i],
-					GFP_KERNEL_ACCOUNT);
+					GFP_KERNEL_ACCOUNT | __GFP_NORETRY);
 			if (xa_is_err(prev))
 				return i;
 			xas_set(&xas, first + i);
@@ -368,7 +375,7 @@ static vm_fault_t sd_pool_fault(struct vm_fault *vmf)
 	mutex_lock(&pool->lock);
 	if (pool->broken)
 		goto out;
-	page = sd_pool_slot(pool, idx);
+	page = sd_pool_slot(pool, idx, 0);
 	if (!page)
 		goto out;
 	if ((vmf->flags & FAULT_FLAG_WRITE) &&
@@ -842,16 +849,16 @@ int sd_zc_recv(struct sock *sk, struct sd_ring *ring, struct sd_zc_recv *zr)
 	u32 mapped, done;
 	int err;
 
-	if (zr->flags & ~SD_ZC_PEEK)
+	if (zr->flags & ~SD_ZC_PEEK || zr->pad || !zr->rec_len)
 		return -EINVAL;
 	zr->remapped = 0;
 	err = import_single_range(ITER_DEST, u64_to_user_ptr(zr->addr),
 				  zr->len, &iov, &to);
 	if (err)
 		return err;
-	err = sd_zc_deliver(&ring->zq, sock_net(sk), zr->seq, 0, zr->off,
-			    zr->len, &to, zr->flags & SD_ZC_PEEK, &mapped,
-			    &done);
+	err = sd_zc_deliver(&ring->zq, sock_net(sk), zr->seq, zr->rec_len,
+			    zr->off, zr->len, &to, zr->flags & SD_ZC_PEEK,
+			    &mapped, &done);
 	if (err)
 		return err;
 	zr->remapped = mapped;

@@ -550,6 +550,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		zr.seq = z.seq;
 		zr.addr = reinterpret_cast<std::uintptr_t>(rest[0].iov_base);
 		zr.off = z.off;
+		zr.rec_len = z.len;
 		zr.len = static_cast<std::uint32_t>(std::min<size_t>(rest[0].iov_len, z.len - z.off));
 		const int r = real::ioctl()(fd, SD_IOC_ZC_RECV, &zr);
 		if (r < 0)
@@ -597,12 +598,15 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	sd::Consumer &q = s.consumer();
 	Backoff backoff;
 	int rearm = 0;
+	bool reset = false;
 	ssize_t n;
 
 	for (;;) {
 		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
-		if (n == -EXDEV) [[unlikely]]
+		if (n == -EXDEV) [[unlikely]] {
 			n = recv_zc(fd, s, iov, iovcnt, want);
+			reset = n == -ECONNRESET;
+		}
 		if (n > 0) {
 			if (q.take_wake())
 				wake_peer(fd, SD_TOKEN_RX);
@@ -639,6 +643,15 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if (n == -EAGAIN && nonblock) {
 		*result = -1;
 		errno = EAGAIN;
+		return true;
+	}
+	// The kernel reset the connection over the zero-copy record it was
+	// asked for (a handle that is not the connection's next): this call
+	// reports it, as the kernel's own path does, and the next one finds
+	// the end of the stream there.
+	if (reset) [[unlikely]] {
+		*result = -1;
+		errno = ECONNRESET;
 		return true;
 	}
 	/* A wait to sleep through, the end of the stream, an error: kernel. */

@@ -277,17 +277,18 @@ struct sd_rec {
  *
  * Receiving.  A consumer that meets an SD_REC_ZC record at its head, with
  * off bytes of it already taken, calls ioctl(fd, SD_IOC_ZC_RECV, &zr)
- * with zr.seq and zr.off from the record and its position, zr.addr and
- * zr.len the buffer.  The kernel places up to zr.len bytes of the record
+ * with zr.seq, zr.rec_len and zr.off from the record and its position,
+ * zr.addr and zr.len the buffer.  The kernel places up to zr.len bytes of the record
  * from off on at zr.addr, remapping whole pages where both sides are
  * page-aligned and zr.addr is in a pool of the caller, and copying the
  * rest; it returns the number of bytes placed (zr.remapped: of them, those
  * remapped).  When the record is done (off plus the bytes placed equals its
  * len) its pages are released and the consumer consumes the record as
  * usual.  SD_ZC_PEEK copies without consuming.  A handle that is not the
- * connection's next one is EPROTO and resets the connection; handles are
- * per connection and used once, so a peer that forges, replays or drops
- * one hurts only this connection.
+ * connection's next one, or a length that is not the one its pages were
+ * queued with, resets the connection (ECONNRESET); handles are per
+ * connection and used once, so a peer that forges, replays or drops one
+ * hurts only this connection.
  */
 #define SD_PGOFF_POOL		0x40000000ULL
 #define SD_POOL_MAX_LEN		(64ULL << 30)
@@ -318,6 +319,8 @@ struct sd_zc_recv {
 	__u32 len;		/* in: room at addr */
 	__u32 flags;		/* in: SD_ZC_PEEK */
 	__u32 remapped;		/* out: bytes placed by remapping */
+	__u32 rec_len;		/* in: the record's len (struct sd_zc_rec) */
+	__u32 pad;		/* 0 */
 };
 
 #define SD_IOC_ZC_SEND		_IOWR('S', 0xD4, struct sd_zc_send)
