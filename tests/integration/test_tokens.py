@@ -56,7 +56,7 @@ class Owner:
         return self.u32("prod_token" if self.d == TX else "cons_token") == \
             self.token
 
-    def write(self, payload):
+    def write(self, payload, flags=1):
         """One record, by the rules; returns False if the token is gone."""
         self.u32("prod_busy", 1)
         if not self.mine():
@@ -64,7 +64,7 @@ class Owner:
             return False
         at = self.o["data"] + (self.pos % self.o["size"])
         self.m[at + 8:at + 8 + len(payload)] = payload
-        struct.pack_into("II", self.m, at, len(payload), 1)
+        struct.pack_into("II", self.m, at, len(payload), flags)
         self.pos += 8 + (len(payload) + 7) // 8 * 8
         self.u64("prod_pos", self.pos)
         self.u32("prod_busy", 0)
