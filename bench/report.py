@@ -330,10 +330,12 @@ def large_messages(lines, fp):
             n.append("fast-path status unknown (no probe trace)")
         elif not fp["enabled"]:
             n.append("fast path not yet enabled (AF_SD system calls)")
-        if any(r["malloc_aligned"] is False for k, r in records.items() if k[1] == t):
+        zc = t.startswith("libsd-zc")
+        # With SD_ZEROCOPY=0 there is no pool: glibc's malloc, as meant.
+        if zc and any(r["malloc_aligned"] is False
+                      for k, r in records.items() if k[1] == t):
             n.append("malloc gave no whole pages (no pool memory)")
         c = counters.get(t)
-        zc = t.startswith("libsd-zc")
         if c is None or "zc_sends" not in c:
             n.append("zero-copy counters unavailable")
         elif zc and c["zc_sends"] == 0:
