@@ -369,6 +369,10 @@ constinit std::atomic<std::uintptr_t> pool_hi{0};
 
 constexpr std::size_t THRESHOLD_UNKNOWN = ~std::size_t{0};
 constinit std::atomic<std::size_t> cached_threshold{THRESHOLD_UNKNOWN};
+constinit std::atomic<Allocator> program_allocator{Allocator::unknown};
+// Whether the warning about a bad SD_ZEROCOPY was written (threads that
+// race on the first threshold() write it once).
+constinit std::atomic<bool> warned_env{false};
 
 // pthread_atfork registration: 0 not yet, 1 under way, 2 done.
 constinit std::atomic<int> atfork_state{0};
@@ -550,6 +554,53 @@ public:
 
 } // namespace
 
+void set_allocator(Allocator a) noexcept
+{
+	program_allocator.store(a, std::memory_order_release);
+}
+
+Allocator allocator() noexcept
+{
+	return program_allocator.load(std::memory_order_acquire);
+}
+
+namespace {
+
+// Whether zero copy is on for a program whose malloc is a's (see
+// threshold() in zcpool.hpp).  The default follows the allocator: next to
+// glibc's, the pool is the only allocator that ever sees a pool pointer;
+// a program that brings its own (Redis links jemalloc) may pass malloc's
+// pointers to that allocator's other entry points (mallocx, sdallocx,
+// mallctl, defrag hints), which the shim does not interpose and which
+// know nothing of the pool.
+bool zerocopy_on(Allocator a) noexcept
+{
+	const char *env = std::getenv("SD_ZEROCOPY");
+
+	if (!env)
+		return a == Allocator::glibc;
+	if (env[0] == '1' && !env[1])
+		return true;
+	if (env[0] == '0' && !env[1])
+		return false;
+	if (!warned_env.exchange(true, std::memory_order_relaxed)) {
+		// One line: the value up to its first control character,
+		// and at most 40 bytes of it.
+		std::size_t n = 0;
+		while (n < 40 && static_cast<unsigned char>(env[n]) >= 0x20)
+			n++;
+		say("libsdpreload: SD_ZEROCOPY=");
+		(void)syscall(SYS_write, 2, env, n);
+		say(a == Allocator::glibc
+			    ? " is neither 0 nor 1; ignored (zero copy stays on: glibc's malloc)\n"
+			    : " is neither 0 nor 1; ignored (zero copy stays off: the program "
+			      "brings its own malloc)\n");
+	}
+	return a == Allocator::glibc;
+}
+
+} // namespace
+
 std::size_t threshold() noexcept
 {
 	std::size_t t = cached_threshold.load(std::memory_order_relaxed);
@@ -557,18 +608,16 @@ std::size_t threshold() noexcept
 	if (t != THRESHOLD_UNKNOWN) [[likely]]
 		return t;
 	// Before libc's own initialisation (ld.so allocating while it loads
-	// the program) there is no environment to read yet: answer "off"
-	// now and decide on a later call.
+	// the program) there is no environment to read yet, and before
+	// zcmalloc.cpp resolved the next allocator it is not known whose it
+	// is: answer "off" now and decide on a later call.  Nothing can be
+	// in the pool before either.
 	if (!environ)
 		return 0;
-	// Opt-in (SD_ZEROCOPY=1): a program with an allocator of its own
-	// (jemalloc in Redis) may hand glibc's malloc's pointers to it, or
-	// its pointers to malloc_usable_size; the shim then stays out.
-	const char *env = std::getenv("SD_ZEROCOPY");
-	if (!env || std::strcmp(env, "1") != 0)
-		t = 0;
-	else
-		t = read_sysctl();
+	const Allocator a = allocator();
+	if (a == Allocator::unknown)
+		return 0;
+	t = zerocopy_on(a) ? read_sysctl() : 0;
 	// Zero copy moves whole pages: nothing smaller than one qualifies.
 	if (t && t < PageHeap::PAGE_SIZE)
 		t = PageHeap::PAGE_SIZE;

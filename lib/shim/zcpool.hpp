@@ -166,12 +166,29 @@ private:
 // Bytes of the pool mapping (SD_POOL_MAX_LEN at most).
 inline constexpr std::size_t POOL_LEN = std::size_t{16} << 30;
 
+// Whose malloc the shim's forwards to (zcmalloc.cpp): glibc's own, or
+// one the program brought (jemalloc, tcmalloc...), which may be handed
+// pool pointers through entry points the shim does not see (mallocx,
+// sdallocx, mallctl...).  Unknown until zcmalloc.cpp has resolved the
+// functions it forwards to; it then calls set_allocator() once (or once
+// per racing thread, all with the same answer).
+enum class Allocator : int { unknown, glibc, foreign };
+void set_allocator(Allocator a) noexcept;
+Allocator allocator() noexcept;
+
 // The size from which a malloc goes to the pool, and from which a send
-// may take the zero-copy path: 0 means zero copy is off (SD_ZEROCOPY=0 in
-// the environment, no net.sd.zerocopy_threshold sysctl, or it is 0).
-// Values below a page count as a page.  Read once and cached (except that
-// a call made before libc set up the environment answers 0 and caches
-// nothing).
+// may take the zero-copy path: 0 means zero copy is off.  It is the
+// net.sd.zerocopy_threshold sysctl (0 if missing) when zero copy is on:
+//
+//   SD_ZEROCOPY=1   on, whatever the allocator (next to a foreign one at
+//                   the user's risk: see Documentation/zerocopy.rst);
+//   SD_ZEROCOPY=0   off;
+//   unset           on if allocator() is glibc, else off;
+//   anything else   as unset, after one warning on stderr.
+//
+// Values below a page count as a page.  Read once and cached, except that
+// a call made before libc set up the environment, or before allocator()
+// is known, answers 0 and caches nothing (no pool memory can exist yet).
 std::size_t threshold() noexcept;
 
 // Whether [p, p + len) lies inside the pool mapping.  Lock-free: two

@@ -1,7 +1,9 @@
 """Zero copy (include/uapi/linux/sd.h, "Zero copy"): the adversarial
 scenarios of tests/progs/sd_zcopy.c, each run three ways: over TCP (no
 sdrun: the oracle), under sdrun with redirection on (AF_SD with zero copy)
-and under sdrun with SD_ZEROCOPY=0.  Every byte is checked inside the
+and under sdrun with SD_ZEROCOPY=0; a few also with SD_ZEROCOPY unset
+(on by default next to glibc's malloc) and next to jemalloc (off by
+default, on with SD_ZEROCOPY=1).  Every byte is checked inside the
 program; here the three runs must agree on the bytes, and sdctl's counters
 must show that zero copy happened exactly when it should.  Also the
 net.sd.zerocopy_threshold sysctl."""
@@ -16,6 +18,8 @@ import pytest
 from conftest import StatsDelta, TOP, prog
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
+# A program's own allocator (Debian's libjemalloc2, which Redis links).
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 THRESHOLD = pathlib.Path("/proc/sys/net/sd/zerocopy_threshold")
 DEFAULT_THRESHOLD = 16384
 
@@ -60,16 +64,27 @@ class Delta(StatsDelta):
         return d
 
 
-def run(name, sd, zerocopy=True, timeout=120):
-    """Run one scenario; return the bytes it checked."""
-    cmd = ([SDRUN] if sd else []) + [prog("sd_zcopy"), name]
+def run(name, sd, zerocopy="1", timeout=120, jemalloc=False):
+    """Run one scenario; return the bytes it checked.  zerocopy is the
+    value of SD_ZEROCOPY, or None to leave it unset; jemalloc puts
+    libjemalloc.so.2 after the shim in LD_PRELOAD, so that the program's
+    malloc is jemalloc's, as if it linked it."""
+    cmd = [prog("sd_zcopy"), name]
+    if jemalloc:
+        assert os.path.exists(JEMALLOC), \
+            f"{JEMALLOC} is missing (libjemalloc2: scripts/install-deps)"
+        cmd = ["sh", "-c", f'LD_PRELOAD="$LD_PRELOAD {JEMALLOC}" exec "$@"',
+               "sh"] + cmd
+    if sd:
+        cmd = [SDRUN] + cmd
     env = dict(os.environ)
-    env["SD_ZEROCOPY"] = "1"
-    if not zerocopy:
-        env["SD_ZEROCOPY"] = "0"
+    env.pop("SD_ZEROCOPY", None)
+    if zerocopy is not None:
+        env["SD_ZEROCOPY"] = zerocopy
     out = subprocess.run(cmd, capture_output=True, text=True, env=env,
                          timeout=timeout)
-    how = ("sdrun " if sd else "") + ("" if zerocopy else "SD_ZEROCOPY=0 ")
+    how = (("sdrun " if sd else "") + ("jemalloc " if jemalloc else "") +
+           ("" if zerocopy is None else f"SD_ZEROCOPY={zerocopy} "))
     assert out.returncode == 0, \
         f"{how}{name} exited {out.returncode}:\n{out.stdout}{out.stderr}"
     words = out.stdout.split()
@@ -150,11 +165,59 @@ def test_zero_copy_off(name, redirect_on, no_leak):
     """SD_ZEROCOPY=0: the same bytes over AF_SD, no page handed over."""
     want = tcp_bytes(name)
     d = Delta()
-    got = run(name, sd=True, zerocopy=False)
+    got = run(name, sd=True, zerocopy="0")
     delta = d()
     assert got == want
     check_transport(name, delta)
     check_no_zero_copy(delta)
+
+
+# ---- SD_ZEROCOPY unset, and next to another allocator ------------------------
+
+DEFAULT_SCENARIOS = ["overwrite", "fork-between", "threads", "relay"]
+
+
+@pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
+def test_zero_copy_by_default(name, redirect_on, no_leak):
+    """SD_ZEROCOPY unset, glibc's malloc: zero copy is on."""
+    want = tcp_bytes(name)
+    d = Delta()
+    got = run(name, sd=True, zerocopy=None)
+    delta = d()
+    assert got == want
+    check_transport(name, delta)
+    check_zero_copy(name, delta)
+
+
+@pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
+def test_jemalloc_default_off(name, redirect_on, no_leak):
+    """The program's malloc is jemalloc's: the shim forwards to it and
+    stays out (no pool, no page handed over), and every byte arrives."""
+    want = tcp_bytes(name)
+    d = Delta()
+    got = run(name, sd=True, zerocopy=None, jemalloc=True)
+    delta = d()
+    assert got == want
+    check_transport(name, delta)
+    check_no_zero_copy(delta)
+
+
+@pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
+def test_jemalloc_forced_on(name, redirect_on, no_leak):
+    """SD_ZEROCOPY=1 next to jemalloc: large blocks from the pool, small
+    ones jemalloc's, and zero copy as with glibc."""
+    want = tcp_bytes(name)
+    d = Delta()
+    got = run(name, sd=True, jemalloc=True)
+    delta = d()
+    assert got == want
+    check_transport(name, delta)
+    check_zero_copy(name, delta)
+
+
+def test_jemalloc_without_sdrun():
+    """The oracle side of the jemalloc runs works too (TCP, no shim)."""
+    assert run("overwrite", sd=False, jemalloc=True) == tcp_bytes("overwrite")
 
 
 # ---- net.sd.zerocopy_threshold ----------------------------------------------

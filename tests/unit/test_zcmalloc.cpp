@@ -7,7 +7,10 @@
 //   - libsdpreload.so itself: with no af_sd.ko there is no sysctl and no
 //     AF_SD socket, so zero copy is off and everything is glibc's;
 //   - libzc_anon.so, the same allocator over an anonymous pool (see
-//     zc_anon.cpp): the pool path, a full pool, and SD_ZEROCOPY=0.
+//     zc_anon.cpp): the pool path, a full pool, and SD_ZEROCOPY=0;
+//   - either with Debian's libjemalloc.so.2 preloaded after it, standing
+//     for a program that brings its own allocator (Redis): the shim
+//     forwards to jemalloc, and zero copy is off unless SD_ZEROCOPY=1.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +111,54 @@ void anon_pool_no_threshold(void **)
 	assert_int_equal(probe(SD_ZC_ANON, "glibc", "libzc_anon", {}), 0);
 }
 
+// Next to glibc's malloc, zero copy is on without being asked for.
+void anon_pool_default_on(void **)
+{
+	assert_int_equal(probe(SD_ZC_ANON, "pool", "libzc_anon", {"SD_ZC_TEST_THRESHOLD=65536"}),
+			 0);
+}
+
+// A value that is neither 0 nor 1 counts as unset (after a warning).
+void anon_pool_bad_env(void **)
+{
+	assert_int_equal(probe(SD_ZC_ANON, "pool", "libzc_anon",
+			       {"SD_ZC_TEST_THRESHOLD=65536", "SD_ZEROCOPY=yes"}),
+			 0);
+}
+
+// LIB, then jemalloc, in LD_PRELOAD.
+std::string with_jemalloc(const char *lib)
+{
+	if (!*SD_JEMALLOC)
+		fail_msg("libjemalloc.so.2 was not found at configure time "
+			 "(Debian's libjemalloc2: scripts/install-deps)");
+	return std::string(lib) + " " + SD_JEMALLOC;
+}
+
+// The program's allocator is jemalloc: everything is jemalloc's, and
+// zero copy stays off.
+void anon_pool_jemalloc_default_off(void **)
+{
+	assert_int_equal(probe(with_jemalloc(SD_ZC_ANON).c_str(), "foreign", "libzc_anon",
+			       {"SD_ZC_TEST_THRESHOLD=65536"}),
+			 0);
+}
+
+// SD_ZEROCOPY=1 turns the pool on next to jemalloc; the small blocks
+// are still jemalloc's.
+void anon_pool_jemalloc_forced_on(void **)
+{
+	assert_int_equal(probe(with_jemalloc(SD_ZC_ANON).c_str(), "pool", "libzc_anon",
+			       {"SD_ZC_TEST_THRESHOLD=65536", "SD_ZEROCOPY=1"}),
+			 0);
+}
+
+// The real shim in front of jemalloc.
+void shim_jemalloc(void **)
+{
+	assert_int_equal(probe(with_jemalloc(SD_SHIM).c_str(), "foreign", "libsdpreload", {}), 0);
+}
+
 } // namespace
 
 int main()
@@ -119,6 +170,11 @@ int main()
 		cmocka_unit_test(anon_pool_full),
 		cmocka_unit_test(anon_pool_zerocopy_env_off),
 		cmocka_unit_test(anon_pool_no_threshold),
+		cmocka_unit_test(anon_pool_default_on),
+		cmocka_unit_test(anon_pool_bad_env),
+		cmocka_unit_test(anon_pool_jemalloc_default_off),
+		cmocka_unit_test(anon_pool_jemalloc_forced_on),
+		cmocka_unit_test(shim_jemalloc),
 	};
 	return cmocka_run_group_tests_name("zcmalloc", tests, nullptr, nullptr);
 }

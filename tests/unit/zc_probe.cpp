@@ -14,7 +14,15 @@
 //   pool    libzc_anon.so with SD_ZC_TEST_THRESHOLD=65536: requests of
 //           64 KiB and more (alignment at most a page) come from the pool;
 //   full    the same with a pool of 64 pages: what does not fit goes to
-//           glibc, and comes back to the pool once there is room.
+//           glibc, and comes back to the pool once there is room;
+//   foreign libjemalloc.so.2 preloaded after LIB, SD_ZEROCOPY unset: the
+//           program brings its own allocator, so zero copy is off by
+//           default and every allocation is jemalloc's.
+//
+// Whenever jemalloc is loaded (foreign, or pool with SD_ZEROCOPY=1 next
+// to it), every pointer outside the pool must be jemalloc's: sallocx()
+// knows it, and dallocx() frees what malloc() gave, and free() what
+// mallocx() gave.
 //
 // All modes also run the same workload (every call of the family, moves
 // between the allocators, threads, fork) and check every byte they keep.
@@ -34,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 namespace {
 
@@ -50,7 +59,12 @@ int failures;
 		}                                                                       \
 	} while (0)
 
-enum Mode { GLIBC, POOL, FULL } mode;
+enum Mode { GLIBC, POOL, FULL, FOREIGN } mode;
+
+// jemalloc's own entry points, when it is loaded.
+std::size_t (*sallocx_fn)(const void *, int);
+void *(*mallocx_fn)(std::size_t, int);
+void (*dallocx_fn)(void *, int);
 
 bool (*in_pool_fn)(const void *, std::size_t);
 
@@ -78,12 +92,35 @@ void where(const void *p, std::size_t n)
 {
 	if (!p)
 		return;
-	if (mode == GLIBC || n < T)
+	if (mode == GLIBC || mode == FOREIGN || n < T)
 		CHECK(!in_pool(p));
 	else if (mode == POOL)
 		CHECK(in_pool(p));
 	if (in_pool(p))
 		CHECK(aligned(p, PG));
+	else if (sallocx_fn)
+		CHECK(sallocx_fn(p, 0) >= n);	// jemalloc's: it knows the block
+}
+
+// The shim's malloc and jemalloc's own entry points mix freely.
+void jemalloc_mix()
+{
+	CHECK(sallocx_fn && mallocx_fn && dallocx_fn);
+	if (!sallocx_fn || !mallocx_fn || !dallocx_fn)
+		return;
+	for (std::size_t n : {std::size_t{100}, 2 * T}) {
+		void *p = malloc(n);
+		CHECK(p);
+		where(p, n);
+		if (!in_pool(p))
+			dallocx_fn(p, 0);
+		else
+			free(p);
+		p = mallocx_fn(n, 0);
+		CHECK(p && sallocx_fn(p, 0) >= n && !in_pool(p));
+		CHECK(malloc_usable_size(p) == sallocx_fn(p, 0));
+		free(p);
+	}
 }
 
 void fill(void *p, std::size_t n, unsigned seed)
@@ -286,6 +323,10 @@ void alignments()
 	p = valloc(100);
 	CHECK(p && aligned(p, PG) && !in_pool(p));
 	free(p);
+	// jemalloc has no pvalloc: glibc's would answer, and jemalloc's free
+	// could not take its block, with or without the shim.
+	if (sallocx_fn)
+		return;
 	p = pvalloc(T + 1);
 	where(p, T + 1);
 	CHECK(p && aligned(p, PG) && malloc_usable_size(p) >= T + PG);
@@ -466,7 +507,7 @@ void full_pool()
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		std::fprintf(stderr, "usage: zc_probe glibc|pool|full LIB\n");
+		std::fprintf(stderr, "usage: zc_probe glibc|pool|full|foreign LIB\n");
 		return 2;
 	}
 	alarm(120);
@@ -476,15 +517,23 @@ int main(int argc, char **argv)
 		mode = POOL;
 	else if (!std::strcmp(argv[1], "full"))
 		mode = FULL;
+	else if (!std::strcmp(argv[1], "foreign"))
+		mode = FOREIGN;
 	else
 		return 2;
 	in_pool_fn = reinterpret_cast<bool (*)(const void *, std::size_t)>(
 		dlsym(RTLD_DEFAULT, "sd_zc_test_in_pool"));
-	if (mode != GLIBC)
+	if (mode == POOL || mode == FULL)
 		CHECK(in_pool_fn != nullptr);
+	sallocx_fn = reinterpret_cast<std::size_t (*)(const void *, int)>(
+		dlsym(RTLD_DEFAULT, "sallocx"));
+	mallocx_fn = reinterpret_cast<void *(*)(std::size_t, int)>(dlsym(RTLD_DEFAULT, "mallocx"));
+	dallocx_fn = reinterpret_cast<void (*)(void *, int)>(dlsym(RTLD_DEFAULT, "dallocx"));
+	if (mode == FOREIGN)
+		CHECK(sallocx_fn != nullptr);
 	auto th = reinterpret_cast<std::size_t (*)()>(dlsym(RTLD_DEFAULT, "sd_zc_test_threshold"));
 	if (th)
-		CHECK(th() == (mode == GLIBC ? 0 : T));
+		CHECK(th() == (mode == GLIBC || mode == FOREIGN ? 0 : T));
 
 	interposed(argv[2]);
 	if (mode == FULL) {
@@ -495,6 +544,8 @@ int main(int argc, char **argv)
 		reallocs();
 		alignments();
 	}
+	if (sallocx_fn)
+		jemalloc_mix();
 	threads();
 	fork_copies();
 	fork_while_allocating();
