@@ -14,6 +14,7 @@ scenario that went wrong the same way on both transports still fails.
 import errno
 import fcntl
 import json
+import mmap
 import os
 import select
 import signal
@@ -416,15 +417,23 @@ def peek_full_queue(t, f):
     """MSG_PEEK with room for more than is queued, the queue full: it
     returns a prefix of the stream, and again, and loses nothing.  (On
     AF_SD an empty ring takes one record as large as the ring; a peek
-    past it meets that same record again, a whole ring on.)"""
+    past it meets that same record again, a whole ring on.)  The bytes
+    are sent from an mmap, not from malloc: under libsd, pool memory would
+    go by zero copy, which queues pages beside the ring and fills no ring
+    (af_sd.rst, "Where AF_SD differs from TCP")."""
     c, s, _ = f.pair()
     data = pattern(4 << 20, seed=3)
+    buf = mmap.mmap(-1, len(data))
+    buf[:] = data
+    view = memoryview(buf)
     sent = 0
     while sent < len(data):
         try:
-            sent += c.send(data[sent:], socket.MSG_DONTWAIT)
+            sent += c.send(view[sent:], socket.MSG_DONTWAIT)
         except BlockingIOError:
             break
+    view.release()
+    buf.close()
     time.sleep(SETTLE)
     t.log("filled", 0 < sent < len(data))
     first = s.recv(8 << 20, socket.MSG_PEEK)

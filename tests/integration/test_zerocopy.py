@@ -215,6 +215,57 @@ def test_jemalloc_forced_on(name, redirect_on, no_leak):
     check_zero_copy(name, delta)
 
 
+NONBLOCKING_FILL = """
+import socket
+lst = socket.create_server(("127.0.0.1", 0))
+c = socket.create_connection(lst.getsockname())
+s, _ = lst.accept()
+data = bytes(range(256)) * (4 << 12)        # 4 MiB, from malloc
+c.setblocking(False)
+sent = 0
+while sent < len(data):
+    try:
+        sent += c.send(memoryview(data)[sent:])
+    except BlockingIOError:
+        break
+c.setblocking(True)
+c.shutdown(socket.SHUT_WR)
+got = bytearray()
+while True:
+    b = s.recv(1 << 20)
+    if not b:
+        break
+    got += b
+assert bytes(got) == data[:sent]
+print(sent)
+"""
+
+
+@pytest.mark.parametrize("zerocopy", [None, "0"], ids=["zc", "copy"])
+def test_nonblocking_send_queues_pages_beside_the_ring(zerocopy, redirect_on,
+                                                       no_leak):
+    """A deliberate difference from TCP (af_sd.rst): with zero copy a
+    non-blocking send of pool memory queues its pages beside the ring
+    and takes all of 4 MiB; by copying it stops when the ring is full."""
+    env = dict(os.environ)
+    env.pop("SD_ZEROCOPY", None)
+    if zerocopy is not None:
+        env["SD_ZEROCOPY"] = zerocopy
+    d = Delta()
+    r = subprocess.run([SDRUN, "python3", "-c", NONBLOCKING_FILL], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    sent = int(r.stdout)
+    delta = d()
+    assert delta["redirected"] >= 2, delta
+    if zerocopy is None:
+        assert sent == 4 << 20
+        assert delta["zc_sends"] > 0, delta
+    else:
+        assert 0 < sent < 1 << 20
+        check_no_zero_copy(delta)
+
+
 def test_jemalloc_without_sdrun():
     """The oracle side of the jemalloc runs works too (TCP, no shim)."""
     assert run("overwrite", sd=False, jemalloc=True) == tcp_bytes("overwrite")
