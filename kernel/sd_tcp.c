@@ -160,11 +160,23 @@ int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
 	return err ? err : sd_tcp_name(tcp, false, a);
 }
 
-/* The AF_SD listener of a TCP listener, under sk_callback_lock. */
-static struct sock *sd_tcp_owner(const struct sock *tsk)
+/*
+ * The AF_SD socket of a TCP socket, under tsk->sk_callback_lock (read).
+ * The lock keeps it: sd_tcp_hook() and the unhook set and clear it with
+ * the lock held for writing.  The accessor checks for an RCU reader all
+ * the same (a BH-disabled section does not count for lockdep), so the
+ * load is made inside one.
+ */
+static struct sock *sd_tcp_owner(struct sock *tsk)
 {
-	return __rcu_dereference_sk_user_data_with_flags(tsk,
-							 SK_USER_DATA_NOCOPY);
+	struct sock *sk;
+
+	lockdep_assert_held(&tsk->sk_callback_lock);
+	rcu_read_lock();
+	sk = __rcu_dereference_sk_user_data_with_flags(tsk,
+						       SK_USER_DATA_NOCOPY);
+	rcu_read_unlock();
+	return sk;
 }
 
 /* A TCP client completed its handshake: wake the AF_SD listener. */

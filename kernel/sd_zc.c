@@ -287,13 +287,19 @@ static void sd_pool_fork(struct sd_pool *parent, struct vm_area_struct *vma)
 	struct page *page;
 	unsigned long idx;
 
+	/*
+	 * Lock order: a pool before the pools of its children, which are
+	 * made here and so never their parent's ancestors (a grandchild's
+	 * fork nests its parent, our child, the same way).  Lockdep sees
+	 * one class, hence the nesting level.
+	 */
 	mutex_lock(&parent->lock);
 	child = parent->fork_child;
 	if (child && (child->mm != vma->vm_mm || !child->nr_vmas))
 		child = NULL;
 	if (child) {
 		refcount_inc(&child->ref);
-		mutex_lock(&child->lock);
+		mutex_lock_nested(&child->lock, SINGLE_DEPTH_NESTING);
 		child->nr_vmas++;
 	} else {
 		child = sd_pool_new(vma->vm_mm, parent->net);
@@ -302,7 +308,7 @@ static void sd_pool_fork(struct sd_pool *parent, struct vm_area_struct *vma)
 			vma->vm_private_data = NULL;
 			goto out;
 		}
-		mutex_lock(&child->lock);
+		mutex_lock_nested(&child->lock, SINGLE_DEPTH_NESTING);
 		if (parent->fork_child)
 			sd_pool_put(parent->fork_child);
 		refcount_inc(&child->ref);
