@@ -1,8 +1,11 @@
 """The bounded fuzzer (tests/progs/sd_fuzz.c): random sequences of AF_SD
 system calls from several threads in several processes, sharing sockets,
-with random options, ioctls, addresses, and random bytes written into the
-mapped rings.  Any kernel splat fails the test (conftest's
-clean_kernel_log) and the seed it prints replays the same calls:
+with random options, ioctls, addresses, random bytes written into the
+mapped rings, and random generic netlink requests to the "sd" family
+(which change the rules for real: the fuzzer flushes them at the end,
+and the test checks that none are left).  Any kernel splat fails the
+test (conftest's clean_kernel_log) and the seed it prints replays the
+same calls:
 
     SD_FUZZ_SEED=N SD_FUZZ_SECONDS=600 tests/vm/run -- \\
         python3 -m pytest -q tests/integration/test_fuzz.py
@@ -11,11 +14,13 @@ The seed is new for every run unless SD_FUZZ_SEED is set; CI runs
 SD_FUZZ_SECONDS (default 20) seconds."""
 import os
 import random
+import re
 import socket
 import subprocess
 
 import pytest
 
+import sdgenl
 from conftest import prog
 from sdsock import Family
 
@@ -24,8 +29,23 @@ SDRUN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "build", "user", "lib", "shim", "sdrun")
 
 
+@pytest.fixture
+def no_rules_left():
+    """The fuzzer's netlink requests add, delete and flush rules in this
+    network namespace: whatever happens to the run, later tests must not
+    find its rules.  The check itself is in the test."""
+    yield
+    with sdgenl.Genl() as nl:
+        nl.flush()
+
+
+NETLINK = re.compile(r"sd_fuzz: netlink: (\d+) requests, (\d+) acked, "
+                     r"(\d+) refused, (\d+) rules added, (\d+) dump parts")
+
+
 @pytest.mark.parametrize("libsd", [False, True], ids=["syscalls", "libsd"])
-def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak):
+def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak,
+                                              no_rules_left):
     """Under sdrun the same calls also go through libsd, whose rings the
     fuzzer scribbles on and closes under other threads: no process of
     it may die of a signal.  Each run gets half of SD_FUZZ_SECONDS.
@@ -42,6 +62,22 @@ def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak):
     calls = int(r.stdout.split("sd_fuzz: ")[-1].split()[0])
     print(r.stdout)
     assert calls > 1000, f"seed {seed}: only {calls} calls"
+    # The netlink requests reached the family: some were carried out
+    # (rules added, ACKs), more were refused, dumps came in parts.
+    m = NETLINK.search(r.stdout)
+    assert m, r.stdout
+    sent, acked, refused, added, parts = map(int, m.groups())
+    assert sent > 100 and acked > 0 and refused > 0 and added > 0 \
+        and parts > 0, f"seed {seed}: {m.group(0)}"
+    with sdgenl.Genl() as nl:
+        assert nl.rules() == [], "the fuzzer left rules behind"
+        # The family still answers and still changes rules.
+        assert nl.stats()[1] >= 0
+        r = nl.rule_add(sdgenl.SD_ACTION_DENY, sdgenl.SD_DIR_BIND)
+        assert r.err == 0, r
+        assert [x[sdgenl.SD_A_RULE_ID] for x in nl.rules()] == \
+            [r.id.to_bytes(4, "little")]
+        nl.flush()
     # The family still works after all that.
     sd = Family("sd")
     c, s, lst = sd.pair()

@@ -14,8 +14,14 @@
  * ones, with random or invalid arguments), mmap of random offsets and
  * lengths and random bytes written into whatever got mapped (ring
  * headers, positions, tokens, data), send and recv of random sizes and
- * flags, shutdown, poll, fcntl.  Processes fork with the table open and
- * go on sharing it.
+ * flags, shutdown, poll, fcntl, and generic netlink requests to the "sd"
+ * family (valid and random commands and flags, dumps, well-formed rules
+ * and random, nested, truncated or lying attributes, cut or overlong
+ * headers; the replies are read without waiting and thrown away).
+ * Processes fork with the table open and go on sharing it.
+ *
+ * The netlink requests change the rules for real (the run is root): the
+ * first process flushes them at the end, and test_fuzz.py makes sure.
  *
  * Blocking is bounded: every socket gets 20 ms send and receive timeouts
  * and most calls are non-blocking; a watchdog kills the whole process
@@ -40,6 +46,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/genetlink.h>
+#include <linux/netlink.h>
 #include <linux/sd.h>
 #include <linux/sockios.h>
 
@@ -50,6 +58,12 @@
 static int slots[SLOTS];
 static volatile int stop;
 static unsigned long calls_made;
+
+/* Netlink, per process: what the first process's threads sent and got. */
+static int nl_family = -1;		/* the "sd" family's id */
+static unsigned long nl_sent, nl_ok, nl_refused, nl_added, nl_parts;
+static __thread int nl_fd = -1;		/* each thread its own socket */
+static __thread uint32_t nl_rule_id;	/* the last id RULE_ADD answered */
 
 struct rng {
 	uint64_t s;
@@ -294,13 +308,501 @@ static void do_data(struct rng *r, int fd)
 	}
 }
 
+/* ---- generic netlink ---------------------------------------------------- */
+
+#define NLBUF 16384
+/* The uapi macros trip -Wsign-conversion; these are the same sizes. */
+#define A4(n) (((size_t)(n) + 3) & ~(size_t)3)
+#define AHDR ((size_t)sizeof(struct nlattr))
+#define MHDR ((size_t)sizeof(struct nlmsghdr))
+#define GHDR ((size_t)sizeof(struct genlmsghdr))
+
+/* The next message of a datagram of @left bytes at @h, or NULL. */
+static struct nlmsghdr *msg_at(void *h, size_t left)
+{
+	struct nlmsghdr *m = h;
+
+	return left >= MHDR && m->nlmsg_len >= MHDR && m->nlmsg_len <= left ? m : NULL;
+}
+
+/* The attribute at @a in a run of @left bytes, or NULL. */
+static struct nlattr *attr_at(void *a, size_t left)
+{
+	struct nlattr *at = a;
+
+	return left >= AHDR && at->nla_len >= AHDR && at->nla_len <= left ? at : NULL;
+}
+
+/* The payload of a @len-byte attribute @type of a family message, or NULL. */
+static void *msg_attr(struct nlmsghdr *h, uint16_t type, size_t len)
+{
+	unsigned char *p = (unsigned char *)h + MHDR + GHDR;
+	size_t left = h->nlmsg_len >= MHDR + GHDR ? h->nlmsg_len - MHDR - GHDR : 0;
+	struct nlattr *a;
+
+	while ((a = attr_at(p, left))) {
+		if (a->nla_type == type && a->nla_len == AHDR + len)
+			return p + AHDR;
+		if (A4(a->nla_len) >= left)
+			break;
+		left -= A4(a->nla_len);
+		p += A4(a->nla_len);
+	}
+	return NULL;
+}
+
+/* The errno of an NLMSG_ERROR message: 0 for an ACK. */
+static int msg_err(struct nlmsghdr *h)
+{
+	int e = 0;
+
+	if (h->nlmsg_len >= MHDR + sizeof(e))
+		memcpy(&e, (char *)h + MHDR, sizeof(e));
+	return e;
+}
+
+struct nlmsg {
+	unsigned char *b;
+	size_t len;		/* bytes built */
+	size_t room;		/* bytes there are at b */
+};
+
+static void cnt(unsigned long *c)
+{
+	__atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+}
+
+/* One attribute (silently dropped if it does not fit), padded to 4. */
+static void put(struct nlmsg *m, uint16_t type, const void *p, size_t n)
+{
+	struct nlattr *a = (struct nlattr *)(m->b + m->len);
+
+	if (m->len + AHDR + A4(n) > m->room)
+		return;
+	a->nla_len = (uint16_t)(AHDR + n);
+	a->nla_type = type;
+	if (n)
+		memcpy(m->b + m->len + AHDR, p, n);
+	memset(m->b + m->len + AHDR + n, 0, A4(n) - n);
+	m->len += AHDR + A4(n);
+}
+
+static void put_u8(struct nlmsg *m, uint16_t type, uint8_t v)
+{
+	put(m, type, &v, 1);
+}
+
+static void put_u16(struct nlmsg *m, uint16_t type, uint16_t v)
+{
+	put(m, type, &v, 2);
+}
+
+static void put_u32(struct nlmsg *m, uint16_t type, uint32_t v)
+{
+	put(m, type, &v, 4);
+}
+
+/* A nest: open it, put its attributes, close it (its length set). */
+static size_t nest_open(struct nlmsg *m, uint16_t type)
+{
+	size_t at = m->len;
+
+	if (m->len + AHDR > m->room)
+		return (size_t)-1;
+	put(m, type, NULL, 0);
+	return at;
+}
+
+static void nest_close(struct nlmsg *m, size_t at)
+{
+	if (at != (size_t)-1)
+		((struct nlattr *)(m->b + at))->nla_len = (uint16_t)(m->len - at);
+}
+
+/* A rule's side, mostly well formed: address and prefix, ports. */
+static void addr_attrs(struct rng *r, struct nlmsg *m)
+{
+	if (below(r, 2)) {
+		struct in6_addr a = in6addr_loopback;
+
+		if (below(r, 2)) {	/* ::ffff:127.0.0.1 */
+			memset(&a, 0, sizeof(a));
+			a.s6_addr[10] = a.s6_addr[11] = 0xff;
+			a.s6_addr[12] = 127;
+			a.s6_addr[15] = 1;
+		} else if (below(r, 4) == 0) {
+			fill(r, &a, sizeof(a));
+		}
+		put(m, SD_A_ADDR_IN6, &a, sizeof(a));
+	}
+	if (below(r, 2))
+		put_u8(m, SD_A_ADDR_PREFIX, (uint8_t)(below(r, 8) ? 96 + below(r, 33) :
+							    below(r, 256)));
+	if (below(r, 2)) {
+		uint16_t lo = (uint16_t)(PORT_BASE + below(r, PORTS));
+
+		put_u16(m, SD_A_ADDR_PORT_MIN, lo);
+		put_u16(m, SD_A_ADDR_PORT_MAX, (uint16_t)(lo + below(r, PORTS) -
+							  (below(r, 8) ? 0 : PORTS / 2)));
+	}
+	if (below(r, 16) == 0)
+		put_u16(m, SD_A_ADDR_PORT, (uint16_t)next(r));	/* refused here */
+}
+
+/* The attributes of a rule, valid but for the odd range or value. */
+static void rule_attrs(struct rng *r, struct nlmsg *m)
+{
+	static const uint8_t actions[] = { SD_ACTION_ALLOW, SD_ACTION_ALLOW, SD_ACTION_DENY,
+					   SD_ACTION_TCP };
+	uint8_t action = below(r, 16) ? actions[below(r, 4)] : (uint8_t)below(r, 6);
+	uint8_t dir = action == SD_ACTION_TCP && below(r, 8) ? SD_DIR_CONNECT :
+		      (uint8_t)(below(r, 16) ? 1 + below(r, SD_DIR_ALL) : below(r, 256));
+	size_t at;
+
+	if (below(r, 32))
+		put_u8(m, SD_A_RULE_ACTION, action);
+	if (below(r, 32))
+		put_u8(m, SD_A_RULE_DIR, dir);
+	if (below(r, 4) == 0)
+		put_u32(m, SD_A_RULE_POSITION, below(r, 4) ? below(r, 8) : (uint32_t)next(r));
+	for (uint16_t t = SD_A_RULE_UID_MIN; t <= SD_A_RULE_GID_MIN; t += 2) {
+		if (below(r, 4) == 0) {
+			uint32_t lo = below(r, 4) ? below(r, 2000) : (uint32_t)next(r);
+
+			put_u32(m, t, lo);
+			put_u32(m, (uint16_t)(t + 1), below(r, 8) ? lo + below(r, 2000) :
+								     (uint32_t)next(r));
+		}
+	}
+	for (uint16_t t = SD_A_RULE_LOCAL; t <= SD_A_RULE_REMOTE; t++) {
+		if (below(r, 3) == 0) {
+			at = nest_open(m, (uint16_t)(t | (below(r, 16) ? NLA_F_NESTED : 0)));
+			addr_attrs(r, m);
+			nest_close(m, at);
+		}
+	}
+	if (below(r, 4) == 0) {
+		char c[SD_RULE_COMMENT_MAX + 8];
+		size_t n = below(r, 4) ? 1 + below(r, SD_RULE_COMMENT_MAX) :
+					 below(r, sizeof(c));
+
+		memset(c, 'f', sizeof(c));
+		if (n && below(r, 8))
+			c[n - 1] = 0;
+		put(m, SD_A_RULE_COMMENT, c, n);
+	}
+}
+
+/* Random attributes: any type, any length, nests of more of the same. */
+static void junk_attrs(struct rng *r, struct nlmsg *m, int depth)
+{
+	static const size_t lens[] = { 0, 1, 2, 3, 4, 8, 16, 17, 64 };
+	unsigned int n = below(r, 6);
+
+	for (unsigned int i = 0; i < n; i++) {
+		uint16_t type = below(r, 4) ? (uint16_t)below(r, SD_A_MAX + 3) :
+					      (uint16_t)next(r);
+		unsigned char buf[200];
+		size_t len;
+
+		if (depth < 3 && below(r, 4) == 0) {
+			size_t at = nest_open(m, (uint16_t)(type | (below(r, 4) ?
+								    NLA_F_NESTED : 0)));
+
+			if (below(r, 2))
+				addr_attrs(r, m);
+			else
+				junk_attrs(r, m, depth + 1);
+			nest_close(m, at);
+			continue;
+		}
+		len = below(r, 2) ? lens[below(r, 9)] : below(r, sizeof(buf));
+		fill(r, buf, len);
+		if (len && below(r, 2))
+			buf[0] = (unsigned char)below(r, 8);	/* a small value */
+		put(m, type, buf, len);
+	}
+}
+
+static int nl_open(struct rng *r)
+{
+	int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			NETLINK_GENERIC);
+	int one = 1;
+
+	if (fd < 0)
+		return -1;
+	if (!r)
+		return fd;
+	if (below(r, 2))
+		setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof(one));
+	if (below(r, 4) == 0)
+		setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof(one));
+	if (below(r, 4) == 0) {
+		/* A small buffer: dumps come in many parts, replies get dropped. */
+		int sz = 1024 << below(r, 4);
+
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+	}
+	return fd;
+}
+
+/* Read what has come, without waiting; count it and keep a rule's id. */
+static void nl_drain(int fd, unsigned int max)
+{
+	static __thread unsigned char buf[NLBUF];
+
+	for (unsigned int i = 0; i < max; i++) {
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		struct nlmsghdr *h;
+
+		if (n < 0 && errno == ENOBUFS)
+			continue;	/* replies were dropped: go on */
+		if (n <= 0)
+			return;
+		for (size_t off = 0; off < (size_t)n && (h = msg_at(buf + off, (size_t)n - off));
+		     off += A4(h->nlmsg_len)) {
+			uint32_t *id;
+
+			if (h->nlmsg_flags & NLM_F_MULTI)
+				cnt(&nl_parts);
+			if (h->nlmsg_type == NLMSG_ERROR) {
+				cnt(msg_err(h) ? &nl_refused : &nl_ok);
+			} else if (h->nlmsg_type == (uint16_t)nl_family &&
+				   h->nlmsg_len >= MHDR + GHDR &&
+				   ((struct genlmsghdr *)(h + 1))->cmd == SD_CMD_RULE_ADD) {
+				cnt(&nl_added);
+				id = msg_attr(h, SD_A_RULE_ID, 4);
+				if (id)
+					memcpy(&nl_rule_id, id, 4);
+			}
+		}
+	}
+}
+
+/* One request of the family's header, command and attributes, built at b. */
+static size_t nl_request(struct rng *r, unsigned char *b, size_t room)
+{
+	struct nlmsg m = { b, MHDR + GHDR, room };
+	struct nlmsghdr *h = (struct nlmsghdr *)b;
+	struct genlmsghdr *g = (struct genlmsghdr *)(b + MHDR);
+	unsigned int cmd = below(r, 8) ? below(r, SD_CMD_MAX + 2) : below(r, 256);
+	uint16_t flags = NLM_F_REQUEST;
+
+	if (room < m.len)
+		return 0;
+	memset(b, 0, m.len);
+	if (below(r, 2))
+		flags |= NLM_F_ACK;
+	if (cmd == SD_CMD_SOCK_GET || cmd == SD_CMD_LISTENER_GET || cmd == SD_CMD_RULE_GET ?
+	    below(r, 8) != 0 : below(r, 8) == 0)
+		flags |= NLM_F_DUMP;
+	if (below(r, 16) == 0)
+		flags = (uint16_t)next(r);	/* anything, REQUEST or not */
+	h->nlmsg_type = (uint16_t)nl_family;
+	h->nlmsg_flags = flags;
+	h->nlmsg_seq = (uint32_t)next(r);
+	g->cmd = (uint8_t)cmd;
+	g->version = below(r, 8) ? SD_GENL_VERSION : (uint8_t)next(r);
+	if (below(r, 16) == 0)
+		g->reserved = (uint16_t)next(r);
+
+	switch (below(r, 8)) {
+	case 0:
+	case 1:
+	case 2:		/* a rule, for RULE_ADD mostly */
+		if (below(r, 4))
+			g->cmd = SD_CMD_RULE_ADD;
+		rule_attrs(r, &m);
+		if (below(r, 4) == 0)
+			junk_attrs(r, &m, 0);
+		break;
+	case 3:		/* delete one, often one that exists */
+		if (below(r, 4))
+			g->cmd = SD_CMD_RULE_DEL;
+		put_u32(&m, SD_A_RULE_ID, below(r, 2) ? nl_rule_id - 1 + below(r, 3) :
+					  below(r, 2) ? below(r, 64) : (uint32_t)next(r));
+		break;
+	case 4:		/* none: dumps, stats, flush as they are */
+		break;
+	default:
+		junk_attrs(r, &m, 0);
+		break;
+	}
+	/* Lie in an attribute's header: a length or a type. */
+	if (m.len > MHDR + GHDR && below(r, 8) == 0) {
+		size_t at = MHDR + GHDR +
+			    (below(r, (unsigned int)(m.len - MHDR - GHDR)) & ~3U);
+		uint16_t v = below(r, 2) ? (uint16_t)next(r) : (uint16_t)below(r, 8);
+
+		memcpy(b + at + (below(r, 4) ? 0 : 2), &v, 2);
+	}
+	h->nlmsg_len = (uint32_t)m.len;
+	return m.len;
+}
+
+/* A request to the family that the control family answers for. */
+static size_t ctrl_request(struct rng *r, unsigned char *b)
+{
+	struct nlmsg m = { b, MHDR + GHDR, NLBUF };
+	struct nlmsghdr *h = (struct nlmsghdr *)b;
+	struct genlmsghdr *g = (struct genlmsghdr *)(b + MHDR);
+	int policy = (int)below(r, 2);
+
+	memset(b, 0, m.len);
+	h->nlmsg_type = GENL_ID_CTRL;
+	h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | (policy || below(r, 4) == 0 ? NLM_F_DUMP : 0);
+	g->cmd = policy ? CTRL_CMD_GETPOLICY : CTRL_CMD_GETFAMILY;
+	g->version = 1;
+	if (below(r, 2))
+		put(&m, CTRL_ATTR_FAMILY_NAME, SD_GENL_NAME, sizeof(SD_GENL_NAME));
+	else
+		put_u16(&m, CTRL_ATTR_FAMILY_ID, (uint16_t)nl_family);
+	if (policy && below(r, 2))
+		put_u32(&m, CTRL_ATTR_OP, below(r, SD_CMD_MAX + 2));
+	h->nlmsg_len = (uint32_t)m.len;
+	return m.len;
+}
+
+/*
+ * Random generic netlink requests to the "sd" family: one, or several in a
+ * datagram; cut short, or with a header that claims more or less than
+ * there is.  Whatever comes back is read without waiting.
+ */
+static void do_netlink(struct rng *r)
+{
+	static __thread unsigned char buf[NLBUF];
+	size_t len = 0, first;
+
+	if (nl_family < 0)
+		return;
+	if (nl_fd < 0) {
+		nl_fd = nl_open(r);
+		if (nl_fd < 0)
+			return;
+	}
+	if (below(r, 16) == 0) {
+		len = ctrl_request(r, buf);
+	} else {
+		unsigned int n = below(r, 8) ? 1 : 2 + below(r, 3);
+
+		for (unsigned int i = 0; i < n && len + 64 < sizeof(buf); i++)
+			len += A4(nl_request(r, buf + len, sizeof(buf) - len));
+	}
+	first = ((struct nlmsghdr *)buf)->nlmsg_len;
+	switch (below(r, 16)) {
+	case 0:		/* a header cut short */
+		len = below(r, MHDR + GHDR + 1);
+		break;
+	case 1:		/* claims more than is sent: dropped by the core */
+		((struct nlmsghdr *)buf)->nlmsg_len = (uint32_t)(first + 1 + below(r, 4096));
+		break;
+	case 2:		/* claims less: attributes cut, or not even a header */
+		((struct nlmsghdr *)buf)->nlmsg_len = below(r, (unsigned int)first + 1);
+		break;
+	case 3:		/* the datagram cut in the middle */
+		len = below(r, (unsigned int)len + 1);
+		break;
+	default:
+		break;
+	}
+	if (send(nl_fd, buf, len, MSG_DONTWAIT) >= 0)
+		cnt(&nl_sent);
+	nl_drain(nl_fd, below(r, 4) ? 16 : below(r, 2));
+	/* Close, sometimes with a dump under way (its state freed on close). */
+	if (below(r, 32) == 0) {
+		close(nl_fd);
+		nl_fd = -1;
+	}
+}
+
+/* A request and its answer, waiting at most a second: 0, or -errno. */
+static int nl_call(int fd, uint16_t type, uint8_t cmd, const void *attrs, size_t alen,
+		   unsigned char *reply, size_t rlen)
+{
+	unsigned char b[256];
+	struct nlmsghdr *h = (struct nlmsghdr *)b;
+	struct genlmsghdr *g = (struct genlmsghdr *)(b + MHDR);
+	size_t len = MHDR + GHDR + alen;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	memset(b, 0, sizeof(b));
+	h->nlmsg_len = (uint32_t)len;
+	h->nlmsg_type = type;
+	h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+	h->nlmsg_seq = 1;
+	g->cmd = cmd;
+	g->version = 1;
+	memcpy(b + MHDR + GHDR, attrs, alen);
+	if (send(fd, b, len, 0) != (ssize_t)len)
+		return -errno;
+	for (;;) {
+		unsigned char *at = reply;
+		ssize_t n;
+
+		if (poll(&p, 1, 1000) != 1)
+			return -ETIMEDOUT;
+		n = recv(fd, reply, rlen, MSG_DONTWAIT);
+		if (n < 0)
+			return -errno;
+		for (size_t off = 0; off < (size_t)n && (h = msg_at(at + off, (size_t)n - off));
+		     off += A4(h->nlmsg_len)) {
+			if (h->nlmsg_type == NLMSG_ERROR)
+				return msg_err(h);
+			if (h->nlmsg_type == type)
+				return 0;	/* the answer, in reply */
+		}
+	}
+}
+
+/* The family's id, from the control family; -1 if it is not there. */
+static int nl_resolve(void)
+{
+	unsigned char a[AHDR + 4], reply[4096];
+	struct nlattr *at = (struct nlattr *)a;
+	struct nlmsghdr *h = (struct nlmsghdr *)reply;
+	int fd = nl_open(NULL), id = -1;
+
+	if (fd < 0)
+		return -1;
+	at->nla_len = AHDR + sizeof(SD_GENL_NAME);
+	at->nla_type = CTRL_ATTR_FAMILY_NAME;
+	memcpy(a + AHDR, SD_GENL_NAME, sizeof(SD_GENL_NAME));
+	memset(reply, 0, sizeof(reply));
+	/* The family message comes first, then the ACK. */
+	nl_call(fd, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, a, A4(at->nla_len), reply,
+		sizeof(reply));
+	if (msg_at(h, sizeof(reply)) && h->nlmsg_type == GENL_ID_CTRL) {
+		uint16_t *v = msg_attr(h, CTRL_ATTR_FAMILY_ID, 2);
+
+		if (v)
+			id = *v;
+	}
+	close(fd);
+	return id;
+}
+
+/* Flush the rules the run made: 0, or -errno. */
+static int nl_flush(void)
+{
+	unsigned char reply[4096];
+	int fd = nl_open(NULL), err;
+
+	if (fd < 0)
+		return -errno;
+	err = nl_call(fd, (uint16_t)nl_family, SD_CMD_RULE_FLUSH, NULL, 0, reply,
+		      sizeof(reply));
+	close(fd);
+	return err;
+}
+
 static void one_call(struct rng *r)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
 	int fd = slot_fd(r);
 
-	switch (below(r, 20)) {
+	switch (below(r, 21)) {
 	case 0:
 		do_socket(r);
 		break;
@@ -383,6 +885,9 @@ static void one_call(struct rng *r)
 	case 18:
 		fcntl(fd, F_SETFL, O_NONBLOCK | (below(r, 2) ? O_ASYNC : 0));
 		break;
+	case 19:
+		do_netlink(r);
+		break;
 	default: {
 		struct sd_token t = { .dir = below(r, 2) };
 
@@ -407,6 +912,8 @@ static void *run(void *arg)
 
 	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED))
 		one_call(&r);
+	if (nl_fd >= 0)
+		close(nl_fd);
 	return NULL;
 }
 
@@ -439,6 +946,11 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGIO, SIG_IGN);
 	signal(SIGURG, SIG_IGN);
+	nl_family = nl_resolve();
+	if (nl_family < 0) {
+		fprintf(stderr, "sd_fuzz: no generic netlink family \"%s\"\n", SD_GENL_NAME);
+		return 1;
+	}
 	printf("sd_fuzz: seed %llu, %ld s, %d processes of %d threads\n",
 	       (unsigned long long)seed, secs, procs, threads);
 	fflush(stdout);
@@ -493,8 +1005,17 @@ int main(int argc, char **argv)
 			bad = 1;
 		}
 	}
+	/* The requests changed the rules for real: leave none behind. */
+	int err = nl_flush();
+
+	if (err) {
+		fprintf(stderr, "sd_fuzz: flushing the rules: %s\n", strerror(-err));
+		bad = 1;
+	}
 	if (bad)
 		return 1;
+	printf("sd_fuzz: netlink: %lu requests, %lu acked, %lu refused, %lu rules added, "
+	       "%lu dump parts\n", nl_sent, nl_ok, nl_refused, nl_added, nl_parts);
 	printf("sd_fuzz: %lu calls in the first process\n", calls_made);
 	return 0;
 }

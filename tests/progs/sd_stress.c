@@ -8,6 +8,14 @@
  *       TOTAL/CONNS bytes in sends of random size (1 byte to 256 KiB,
  *       seeded), both ways at once.  Every byte received is compared with
  *       the stream the sender generated.
+ *   sd_stress soak FAMILY CONNS SECONDS SEED
+ *       CONNS slots in a child process, each making one connection after
+ *       another to this process until SECONDS are up (churn: connections
+ *       open and close all through the run).  Each connection carries a
+ *       session both ways at once, of a length its slot and number pick
+ *       from SEED (0 to 4 MiB, log-uniform), in sends of random size;
+ *       every byte is checked at both ends, and the two processes must
+ *       agree on the number of connections.
  *   sd_stress conns FAMILY COUNT
  *       COUNT connections from a child process, all open at once; each
  *       carries one ping-pong, then all are closed.
@@ -396,6 +404,187 @@ static int conns_mode(int count)
 	return bad ? 1 : 0;
 }
 
+/* ---- soak ------------------------------------------------------------- */
+
+/*
+ * A connection's session: its number in its slot picks its length (0 to
+ * 4 MiB, log-uniform, the same at both ends) and the streams each way.
+ */
+static size_t session_len(uint64_t seed, uint32_t slot, uint32_t num)
+{
+	uint64_t x = (seed * 1000003 + slot) * 1000003 + num + 1;
+	unsigned int bits;
+
+	next64(&x);
+	bits = (unsigned int)(next64(&x) % 23);
+	return (size_t)(next64(&x) & ((1ULL << bits) - 1));
+}
+
+static uint64_t session_seed(uint64_t seed, uint32_t slot, uint32_t num,
+			     int down)
+{
+	return ((seed * 1000003 + slot) * 1000003 + num) * 2 + (uint64_t)down;
+}
+
+static struct {
+	uint64_t seed;
+	double end;
+	uint16_t port;
+	unsigned long conns, bytes, bad, active;
+} soak;
+
+/* Both directions of one session on @fd, every byte checked. */
+static void session(int fd, uint32_t slot, uint32_t num, int server)
+{
+	size_t len = session_len(soak.seed, slot, num);
+	struct flow tx = { .fd = fd, .bytes = len,
+			   .seed = session_seed(soak.seed, slot, num, server) };
+	struct flow rx = { .fd = fd, .bytes = len,
+			   .peer_seed = session_seed(soak.seed, slot, num,
+						     !server) };
+	pthread_t th;
+
+	if (pthread_create(&th, NULL, sender, &tx))
+		die("pthread_create");
+	receiver(&rx);
+	pthread_join(th, NULL);
+	if (tx.bad || rx.bad) {
+		fprintf(stderr, "sd_stress: soak: %s end of slot %u connection %u (%zu bytes each way) failed\n",
+			server ? "server" : "client", slot, num, len);
+		__atomic_fetch_add(&soak.bad, 1, __ATOMIC_RELAXED);
+	}
+	__atomic_fetch_add(&soak.bytes, len, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&soak.conns, 1, __ATOMIC_RELAXED);
+}
+
+/* Client: one slot, dialling one connection after another until the end. */
+static void *soak_slot(void *arg)
+{
+	uint32_t slot = (uint32_t)(uintptr_t)arg;
+
+	for (uint32_t num = 0; now() < soak.end; num++) {
+		uint32_t hdr[2] = { slot, num };
+		int fd = dial(soak.port);
+
+		if (send(fd, hdr, sizeof(hdr), MSG_NOSIGNAL) != sizeof(hdr))
+			die("send header");
+		session(fd, slot, num, 0);
+		close(fd);
+	}
+	return NULL;
+}
+
+/* Server: one accepted connection. */
+static void *soak_serve(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	uint32_t hdr[2];
+
+	if (recv(fd, hdr, sizeof(hdr), MSG_WAITALL) != sizeof(hdr)) {
+		fprintf(stderr, "sd_stress: soak: no header\n");
+		__atomic_fetch_add(&soak.bad, 1, __ATOMIC_RELAXED);
+	} else {
+		session(fd, hdr[0], hdr[1], 1);
+	}
+	close(fd);
+	__atomic_fetch_sub(&soak.active, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+struct soak_report {
+	unsigned long conns, bytes, bad;
+};
+
+static int soak_mode(int slots, double seconds, uint64_t seed)
+{
+	struct soak_report client;
+	int done[2], status, lst, bad = 0;
+	pthread_attr_t attr;
+	double t0 = now();
+	pid_t pid;
+
+	soak.seed = seed;
+	soak.end = t0 + seconds;
+	lst = make_listener(2 * slots, &soak.port);
+	if (pipe(done))
+		die("pipe");
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		pthread_t *th = calloc((size_t)slots, sizeof(*th));
+
+		close(done[0]);
+		close(lst);
+		if (!th)
+			die("calloc");
+		for (int i = 0; i < slots; i++)
+			if (pthread_create(&th[i], NULL, soak_slot,
+					   (void *)(uintptr_t)i))
+				die("pthread_create");
+		for (int i = 0; i < slots; i++)
+			pthread_join(th[i], NULL);
+		client = (struct soak_report){ soak.conns, soak.bytes,
+					       soak.bad };
+		if (write(done[1], &client, sizeof(client)) != sizeof(client))
+			_exit(1);
+		_exit(0);
+	}
+	close(done[1]);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	/* Serve until the client says it is done (or is gone). */
+	for (;;) {
+		struct pollfd p[2] = { { .fd = lst, .events = POLLIN },
+				       { .fd = done[0], .events = POLLIN } };
+		pthread_t th;
+		int fd;
+
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			die("poll");
+		}
+		if (p[1].revents)
+			break;
+		fd = accept(lst, NULL, NULL);
+		if (fd < 0)
+			die("accept");
+		__atomic_fetch_add(&soak.active, 1, __ATOMIC_RELAXED);
+		if (pthread_create(&th, &attr, soak_serve, (void *)(intptr_t)fd))
+			die("pthread_create");
+	}
+	memset(&client, 0, sizeof(client));
+	if (read(done[0], &client, sizeof(client)) != sizeof(client))
+		bad++;
+	if (waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) ||
+	    WEXITSTATUS(status))
+		bad++;
+	/* The client closed its last connection: the servers finish. */
+	for (int i = 0; __atomic_load_n(&soak.active, __ATOMIC_ACQUIRE); i++) {
+		if (i == 30000) {
+			fprintf(stderr, "sd_stress: soak: %lu connections never ended\n",
+				soak.active);
+			bad++;
+			break;
+		}
+		usleep(1000);
+	}
+	close(lst);
+	if (client.conns != soak.conns) {
+		fprintf(stderr, "sd_stress: soak: client made %lu connections, server served %lu\n",
+			client.conns, soak.conns);
+		bad++;
+	}
+	bad += (int)(client.bad + soak.bad);
+	printf("{\"mode\": \"soak\", \"slots\": %d, \"seconds\": %.2f, "
+	       "\"connections\": %lu, \"bytes_each_way\": %lu, "
+	       "\"bytes_checked\": %lu, \"mismatches\": %d}\n", slots,
+	       now() - t0, soak.conns, soak.bytes, soak.bytes + client.bytes,
+	       bad);
+	return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3)
@@ -416,6 +605,14 @@ int main(int argc, char **argv)
 		return bytes_mode(conns, (size_t)total,
 				  strtoull(argv[5], NULL, 0));
 	}
+	if (!strcmp(argv[1], "soak") && argc == 6) {
+		int slots = atoi(argv[3]);
+		double secs = atof(argv[4]);
+
+		if (slots < 1 || slots > 1024 || secs <= 0)
+			goto usage;
+		return soak_mode(slots, secs, strtoull(argv[5], NULL, 0));
+	}
 	if (!strcmp(argv[1], "conns") && argc == 4) {
 		int count = atoi(argv[3]);
 
@@ -425,6 +622,7 @@ int main(int argc, char **argv)
 	}
 usage:
 	fprintf(stderr, "usage: sd_stress bytes sd|tcp CONNS TOTAL SEED\n"
+			"       sd_stress soak sd|tcp CONNS SECONDS SEED\n"
 			"       sd_stress conns sd|tcp COUNT\n");
 	return 2;
 }
