@@ -4,6 +4,9 @@
 #   make demo             the main job: boot the test VM, load the module,
 #                         create and close AF_SD sockets, print what happened
 #   make check            every test (style, unit, host, VM), one summary line
+#   make check-debug      the VM suite on the debug kernel (KASAN, lockdep,
+#                         kmemleak, ...), built once into a cache outside
+#                         the tree; slow (see Documentation/testing.rst)
 #   make vm-shell CMD=..  run CMD in the test VM with the module loaded
 #   make install modules_install dkms-install style clean
 
@@ -54,6 +57,34 @@ bench: all
 
 vm-shell: all
 	tests/vm/run -- sh -c '$(CMD)'
+
+# The debug kernel lane (Documentation/testing.rst, "Debug kernel lane").
+# The kernel is cached outside the tree (scripts/debug-kernel prints
+# where) and rebuilt only when its inputs change.  The module is built
+# against it from a copy of kernel/ in build/debug/kmod, so the objects of
+# the normal build in kernel/ stay as they are.
+DEBUG_BUILD := $(BUILD)/debug
+DEBUG_KSRC  := kernel/Kbuild $(wildcard kernel/*.h) \
+	$(filter-out %.mod.c,$(wildcard kernel/*.c))
+
+.PHONY: debug-kernel debug-module check-debug
+
+debug-kernel:
+	nice -n 19 scripts/debug-kernel
+
+debug-module: debug-kernel
+	@kdir=$$(scripts/debug-kernel --kdir) && \
+	if [ "$$(cat $(DEBUG_BUILD)/kmod/.kdir 2>/dev/null)" != "$$kdir" ]; then \
+		rm -rf $(DEBUG_BUILD)/kmod && mkdir -p $(DEBUG_BUILD)/kmod && \
+		echo "$$kdir" > $(DEBUG_BUILD)/kmod/.kdir; \
+	fi && \
+	cp -p $(DEBUG_KSRC) $(DEBUG_BUILD)/kmod/ && \
+	echo "nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules" && \
+	nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules && \
+	cp $(DEBUG_BUILD)/kmod/af_sd.ko $(DEBUG_BUILD)/af_sd.ko
+
+check-debug: user debug-module
+	scripts/check debug
 
 style:
 	scripts/checkpatch

@@ -14,8 +14,11 @@ TOP = pathlib.Path(__file__).resolve().parents[2]
 PROGS = TOP / "build" / "user" / "tests" / "progs"
 AF_SD = 18
 
+# As tests/vm/run's (which says why "lockdep" alone is not in it).
 SPLAT = re.compile(r"WARNING:|BUG:|Oops|general protection|refcount_t|"
-                   r"lockdep|KASAN|UBSAN|blocked for more than|Call Trace:")
+                   r"lockdep is turned off|DEBUG_LOCKS_WARN_ON|"
+                   r"suspicious RCU usage|KASAN|UBSAN|unreferenced object|"
+                   r"blocked for more than|Call Trace:")
 
 
 def prog(name):
