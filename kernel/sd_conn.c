@@ -1003,6 +1003,17 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	if (tcp)
 		return tcp->ops->connect(tcp, uaddr, addr_len, flags);
 	lock_sock(sk);
+	/*
+	 * A connect of another thread may have fallen back while this one
+	 * waited for the lock: the TCP socket answers, as it answers every
+	 * call made from now on.  (Switching twice would also drop the
+	 * SIGIO list that the TCP socket gathered in between.)
+	 */
+	tcp = sd_tcp_sock(sk);
+	if (tcp) {
+		release_sock(sk);
+		return tcp->ops->connect(tcp, uaddr, addr_len, flags);
+	}
 	switch (sock->state) {
 	case SS_CONNECTED:
 		err = -EISCONN;

@@ -469,9 +469,18 @@ void sd_tcp_release(struct socket *sock, struct socket *tcp)
 	if (!tcp)
 		return;
 	if (tcp->file) {
-		/* The file is closing: it is the AF_SD socket's again. */
-		if (sock)
+		/*
+		 * The file is closing: it is the AF_SD socket's again.  An
+		 * fcntl(O_ASYNC) that read private_data before
+		 * sd_tcp_switch() changed it adds the file to the AF_SD
+		 * socket's SIGIO list after the list moved; __fput() took
+		 * the file off the TCP socket's list only, so take it off
+		 * this one too (nothing if it is not there).
+		 */
+		if (sock) {
+			fasync_helper(-1, tcp->file, 0, &sock->wq.fasync_list);
 			WRITE_ONCE(tcp->file->private_data, sock);
+		}
 		/* A socket with a file leaves its inode to the file. */
 		tcp->file = NULL;
 	}

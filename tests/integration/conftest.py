@@ -17,7 +17,8 @@ AF_SD = 18
 # As tests/vm/run's (which says why "lockdep" alone is not in it).
 SPLAT = re.compile(r"WARNING:|BUG:|Oops|general protection|refcount_t|"
                    r"lockdep is turned off|DEBUG_LOCKS_WARN_ON|"
-                   r"suspicious RCU usage|KASAN|UBSAN|unreferenced object|"
+                   r"suspicious RCU usage|fasync list not empty|KASAN|UBSAN|"
+                   r"unreferenced object|"
                    r"blocked for more than|Call Trace:")
 
 

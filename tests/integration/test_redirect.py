@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -190,6 +191,40 @@ def test_epoll_entry_made_before_fallback(no_leak):
                    "domain": socket.AF_INET}
     assert d()["fallback_no_listener"] == 1
     conn.close()
+    lst.close()
+
+
+def test_racing_connects_fall_back_once(no_leak):
+    """Two threads connect one redirected socket at once to a port that
+    only TCP listens on: the socket falls back once (counted once), one
+    connect succeeds and the other gets TCP's own answer.  (A second
+    fallback dropped the SIGIO entries of the TCP socket: the debug
+    lane's kmemleak found one.)"""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(128)
+    port = lst.getsockname()[1]
+    rounds = 50
+    d = Delta()
+    with redirect():
+        for _ in range(rounds):
+            s = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+            both = threading.Barrier(2)
+            got = []
+
+            def connect(s=s, both=both, got=got):
+                both.wait()
+                got.append(Family.connect(s, "127.0.0.1", port))
+            threads = [threading.Thread(target=connect) for _ in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert "OK" in got and set(got) <= {"OK", "EISCONN", "EALREADY"}, got
+            conn, _ = lst.accept()
+            conn.close()
+            s.close()
+    assert d()["fallback_no_listener"] == rounds
     lst.close()
 
 
