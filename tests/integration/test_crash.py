@@ -175,6 +175,16 @@ def accept_within(lst, timeout=BOUND):
     return SD.accept(lst)
 
 
+def still_accepts(lst, port):
+    """A new client gets in and the connection works."""
+    c = SD.socket()
+    assert SD.connect(c, "127.0.0.1", port) == "OK"
+    s = accept_within(lst)
+    exchange(c, s)
+    c.close()
+    s.close()
+
+
 @pytest.mark.parametrize("libsd", [False, True], ids=["syscalls", "libsd"])
 def test_kill_client_asleep_in_connect(libsd, no_leak):
     """A client asleep in connect because the backlog is full dies there:
@@ -201,12 +211,7 @@ def test_kill_client_asleep_in_connect(libsd, no_leak):
             lst.accept()
         lst.setblocking(True)
         assert d()["connects"] == 0, "the dead client's connect counted"
-        c, s = SD.socket(), None
-        assert SD.connect(c, "127.0.0.1", port) == "OK"
-        s = accept_within(lst)
-        exchange(c, s)
-        c.close()
-        s.close()
+        still_accepts(lst, port)
     finally:
         if p and p.poll() is None:
             p.kill()
@@ -243,12 +248,7 @@ def test_kill_client_before_accept(libsd, no_leak):
         assert time.monotonic() - t0 < BOUND
         assert send_fails(s)
         s.close()
-        c = SD.socket()
-        assert SD.connect(c, "127.0.0.1", port) == "OK"
-        s = accept_within(lst)
-        exchange(c, s)
-        c.close()
-        s.close()
+        still_accepts(lst, port)
     finally:
         if p.poll() is None:
             p.kill()

@@ -149,27 +149,27 @@ def test_tcp(name, no_leak):
     assert tcp_bytes(name) > 0
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
-def test_zero_copy(name, redirect_on, no_leak):
+def under_sdrun(name, **kw):
+    """Run the scenario under sdrun (run()'s keywords): the same bytes as
+    over TCP, on AF_SD connections; the counters' delta."""
     want = tcp_bytes(name)
     d = Delta()
-    got = run(name, sd=True)
+    got = run(name, sd=True, **kw)
     delta = d()
     assert got == want
     check_transport(name, delta)
-    check_zero_copy(name, delta)
+    return delta
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_zero_copy(name, redirect_on, no_leak):
+    check_zero_copy(name, under_sdrun(name))
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_zero_copy_off(name, redirect_on, no_leak):
     """SD_ZEROCOPY=0: the same bytes over AF_SD, no page handed over."""
-    want = tcp_bytes(name)
-    d = Delta()
-    got = run(name, sd=True, zerocopy="0")
-    delta = d()
-    assert got == want
-    check_transport(name, delta)
-    check_no_zero_copy(delta)
+    check_no_zero_copy(under_sdrun(name, zerocopy="0"))
 
 
 # ---- SD_ZEROCOPY unset, and next to another allocator ------------------------
@@ -180,39 +180,21 @@ DEFAULT_SCENARIOS = ["overwrite", "fork-between", "threads", "relay"]
 @pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
 def test_zero_copy_by_default(name, redirect_on, no_leak):
     """SD_ZEROCOPY unset, glibc's malloc: zero copy is on."""
-    want = tcp_bytes(name)
-    d = Delta()
-    got = run(name, sd=True, zerocopy=None)
-    delta = d()
-    assert got == want
-    check_transport(name, delta)
-    check_zero_copy(name, delta)
+    check_zero_copy(name, under_sdrun(name, zerocopy=None))
 
 
 @pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
 def test_jemalloc_default_off(name, redirect_on, no_leak):
     """The program's malloc is jemalloc's: the shim forwards to it and
     stays out (no pool, no page handed over), and every byte arrives."""
-    want = tcp_bytes(name)
-    d = Delta()
-    got = run(name, sd=True, zerocopy=None, jemalloc=True)
-    delta = d()
-    assert got == want
-    check_transport(name, delta)
-    check_no_zero_copy(delta)
+    check_no_zero_copy(under_sdrun(name, zerocopy=None, jemalloc=True))
 
 
 @pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
 def test_jemalloc_forced_on(name, redirect_on, no_leak):
     """SD_ZEROCOPY=1 next to jemalloc: large blocks from the pool, small
     ones jemalloc's, and zero copy as with glibc."""
-    want = tcp_bytes(name)
-    d = Delta()
-    got = run(name, sd=True, jemalloc=True)
-    delta = d()
-    assert got == want
-    check_transport(name, delta)
-    check_zero_copy(name, delta)
+    check_zero_copy(name, under_sdrun(name, jemalloc=True))
 
 
 NONBLOCKING_FILL = """

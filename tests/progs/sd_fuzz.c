@@ -51,6 +51,8 @@
 #include <linux/sd.h>
 #include <linux/sockios.h>
 
+#include "sd_rng.h"
+
 #define SLOTS 32
 #define PORT_BASE 41000
 #define PORTS 8
@@ -64,25 +66,6 @@ static int nl_family = -1;		/* the "sd" family's id */
 static unsigned long nl_sent, nl_ok, nl_refused, nl_added, nl_parts;
 static __thread int nl_fd = -1;		/* each thread its own socket */
 static __thread uint32_t nl_rule_id;	/* the last id RULE_ADD answered */
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t next(struct rng *r)
-{
-	/* splitmix64 */
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static unsigned int below(struct rng *r, unsigned int n)
-{
-	return (unsigned int)(next(r) % n);
-}
 
 static void fill(struct rng *r, void *buf, size_t len)
 {

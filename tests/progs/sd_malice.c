@@ -58,6 +58,8 @@
 #include <linux/sd.h>
 #include <linux/sockios.h>
 
+#include "sd_rng.h"
+
 #define PAGE 4096U
 #define ROUND_MIN_MS 50
 #define ROUND_MAX_MS 800
@@ -107,25 +109,6 @@ static void die(const char *fmt, ...)
 	va_end(ap);
 	fflush(stdout);
 	exit(1);
-}
-
-struct rng {
-	uint64_t s;
-};
-
-static uint64_t next(struct rng *r)
-{
-	/* splitmix64 */
-	uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-	return z ^ (z >> 31);
-}
-
-static unsigned int below(struct rng *r, unsigned int n)
-{
-	return (unsigned int)(next(r) % n);
 }
 
 static uint64_t now_ms(void)
