@@ -14,6 +14,11 @@
  *   sd_conn.lock           the two endpoints' sk_shutdown and sk_err and
  *                          conn->end[] (spinlock)
  *
+ * Apart from these, the rendezvous with other hosts (sd_remote.c):
+ * sd_net.rdv_lock (mutex: the listener) and sd_net.peers_lock (spinlock:
+ * peer cache and jobs; taken under lock_sock of a connecting socket,
+ * nothing taken under it).
+ *
  * A connection (struct sd_conn) joins two endpoints and owns the two rings.
  * Each endpoint holds one reference on it.  conn->end[] is published with
  * RCU: an endpoint that wakes its peer reads conn->end[] under
@@ -299,7 +304,28 @@ struct sd_net {
 	int			default_policy;	/* SD_ACTION_ALLOW or _DENY */
 	int			redirect;
 	int			zerocopy_threshold;	/* bytes; 0: off */
+	int			rdv_port;	/* rendezvous port; 0: off */
+	int			rdv_timeout_ms;	/* bound of one rendezvous */
+	int			peer_cache_secs;	/* 0: no cache */
 	struct ctl_table_header	*sysctl_hdr;
+
+	/*
+	 * Rendezvous with the monitors of other hosts (sd_remote.c).  The
+	 * listener and rdv_port change under rdv_lock; jobs and peers
+	 * under peers_lock.
+	 */
+	possible_net_t		net;
+	struct mutex		rdv_lock;	/* rdv_sock, rdv_port */
+	struct socket		*rdv_sock;	/* listening, or NULL */
+	/* TCP's own sk_data_ready, the same for every TCP socket. */
+	void			(*rdv_data_ready)(struct sock *sk);
+	struct work_struct	rdv_accept_work;
+	spinlock_t		peers_lock;	/* peers, rdv_jobs */
+	struct list_head	peers;		/* struct sd_peer, newest first */
+	unsigned int		nr_peers;
+	struct list_head	rdv_jobs;	/* struct sd_rdv_job */
+	unsigned int		nr_rdv_jobs;
+	bool			rdv_dying;	/* no new jobs: netns exit */
 };
 
 static inline void sd_stat_inc(struct net *net, enum sd_stat stat)
@@ -410,6 +436,15 @@ int sd_rule_insert(struct sd_net *sn, struct sd_rule *rule, u32 pos);
 int sd_rule_delete(struct sd_net *sn, u32 id);
 void sd_rules_flush(struct sd_net *sn);
 void sd_current_ids(kuid_t *uid, kgid_t *gid);
+
+/* sd_remote.c: rendezvous with other hosts' monitors */
+int sd_remote_init(void);
+void sd_remote_exit(void);
+void sd_remote_net_init(struct net *net, struct sd_net *sn);
+void sd_remote_net_exit(struct sd_net *sn);
+int sd_remote_set_port(struct sd_net *sn, int port);
+int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
+		  u8 *reason);
 
 /* sd_netlink.c */
 int sd_netlink_init(void);

@@ -1050,8 +1050,22 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	}
 
 	err = -ECONNREFUSED;
-	if (!dst.port || !sd_addr_local(net, &dst.addr)) {
-		reason = dst.port ? SD_FALLBACK_REMOTE : SD_FALLBACK_NO_LISTENER;
+	if (!dst.port) {
+		reason = SD_FALLBACK_NO_LISTENER;
+		goto refused;
+	}
+	if (!sd_addr_local(net, &dst.addr)) {
+		/*
+		 * Another host.  Only a redirected socket has a TCP path to
+		 * fall back on; its monitor asks that host's (sd_remote.c).
+		 */
+		reason = SD_FALLBACK_REMOTE;
+		if (ss->redirected) {
+			err = sd_remote_ask(net, &dst, nonblock, &reason);
+			if (err)
+				goto out;
+			err = -ECONNREFUSED;
+		}
 		goto refused;
 	}
 

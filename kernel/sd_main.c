@@ -206,6 +206,7 @@ static int __net_init sd_net_init(struct net *net)
 	sn->zerocopy_threshold = 16 * 1024;
 	sn->ring_size_max = 4 * 1024 * 1024;
 	sn->default_policy = SD_ACTION_ALLOW;
+	sd_remote_net_init(net, sn);
 	return sd_sysctl_register(net, sn);
 }
 
@@ -214,6 +215,7 @@ static void __net_exit sd_net_exit(struct net *net)
 	struct sd_net *sn = sd_net(net);
 
 	sd_sysctl_unregister(sn);
+	sd_remote_net_exit(sn);
 	mutex_lock(&sn->rules_lock);
 	sd_rules_flush(sn);
 	mutex_unlock(&sn->rules_lock);
@@ -234,9 +236,13 @@ static int __init sd_init(void)
 	if (err)
 		goto out;
 
-	err = register_pernet_subsys(&sd_net_ops);
+	err = sd_remote_init();
 	if (err)
 		goto out_proto;
+
+	err = register_pernet_subsys(&sd_net_ops);
+	if (err)
+		goto out_remote;
 
 	err = sd_netlink_init();
 	if (err)
@@ -258,6 +264,8 @@ out_netlink:
 	sd_netlink_exit();
 out_pernet:
 	unregister_pernet_subsys(&sd_net_ops);
+out_remote:
+	sd_remote_exit();
 out_proto:
 	proto_unregister(&sd_proto);
 out:
@@ -269,6 +277,7 @@ static void __exit sd_exit(void)
 	sock_unregister(PF_SD);
 	sd_netlink_exit();
 	unregister_pernet_subsys(&sd_net_ops);
+	sd_remote_exit();
 	/* Rules freed with kfree_rcu() must be gone before the code is. */
 	rcu_barrier();
 	proto_unregister(&sd_proto);

@@ -412,6 +412,20 @@ void sd_tcp_graft(struct sock *child, struct socket *newsock)
 	WRITE_ONCE(newsock->file->private_data, tcp);
 }
 
+/* The counter of a fallback reason (SD_FALLBACK_* other than NONE). */
+static enum sd_stat sd_fallback_stat(u8 reason)
+{
+	/* The first seven are in the same order in both enums. */
+	BUILD_BUG_ON(SD_STAT_FALLBACK_REMOTE - SD_STAT_FALLBACK_NO_LISTENER !=
+		     SD_FALLBACK_REMOTE - SD_FALLBACK_NO_LISTENER);
+	if (reason == SD_FALLBACK_PEER_UNKNOWN)
+		return SD_STAT_FALLBACK_PEER_UNKNOWN;
+	if (WARN_ON_ONCE(reason < SD_FALLBACK_NO_LISTENER ||
+			 reason > SD_FALLBACK_REMOTE))
+		return SD_STAT_UNSPEC;
+	return SD_STAT_FALLBACK_NO_LISTENER + reason - SD_FALLBACK_NO_LISTENER;
+}
+
 /*
  * Fall back to TCP: from now on the TCP socket carries this socket, and
  * the file points at it.  Called with @sk locked, before the connect.
@@ -438,13 +452,10 @@ int sd_tcp_switch(struct sock *sk, u8 reason)
 		sock->wq.fasync_list = NULL;
 		WRITE_ONCE(sock->file->private_data, tcp);
 	}
-	BUILD_BUG_ON(SD_STAT_FALLBACK_REMOTE - SD_STAT_FALLBACK_NO_LISTENER !=
-		     SD_FALLBACK_REMOTE - SD_FALLBACK_NO_LISTENER);
 	ss->fallback = reason;
 	/* Pairs with sd_tcp_sock(): tcp and the file before the flag. */
 	smp_store_release(&ss->use_tcp, true);
-	sd_stat_inc(sock_net(sk), SD_STAT_FALLBACK_NO_LISTENER + reason -
-		    SD_FALLBACK_NO_LISTENER);
+	sd_stat_inc(sock_net(sk), sd_fallback_stat(reason));
 	return 0;
 }
 

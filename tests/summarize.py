@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 
 # Which XML files each stage writes.
 STAGE_XML = {"unit": "cmocka-*.xml", "host": "host.xml", "vm-kernel": "vm.xml",
-             "debug-kernel": "debug.xml"}
+             "pair-kernel": "pair.xml", "debug-kernel": "debug.xml"}
 
 
 def count(path):
@@ -54,7 +54,7 @@ def main():
         stage, verdict = line.split()
         files = [n for n in per_file
                  if pathlib.PurePath(n).match(STAGE_XML.get(stage, "\0"))]
-        if stage in ("vm-kernel", "debug-kernel"):
+        if stage in ("vm-kernel", "pair-kernel", "debug-kernel"):
             # Always its own test: module loaded, unloaded, log clean.
             files = []
         if verdict == "pass":

@@ -28,9 +28,12 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "takeovers", "fallback_no_listener", "fallback_peer_no_sd",
          "fallback_no_rdma", "fallback_handshake", "fallback_policy",
          "fallback_tcp_client", "fallback_remote", "redirected",
-         "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow"]
-SETTINGS = ["default_policy", "port_range", "redirect", "ring_size",
-            "ring_size_max", "zerocopy_threshold"]
+         "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow",
+         "fallback_peer_unknown", "rdv_asked", "rdv_answered", "rdv_failed",
+         "rdv_cached"]
+SETTINGS = ["default_policy", "peer_cache_seconds", "port_range",
+            "redirect", "rendezvous_port", "rendezvous_timeout_ms",
+            "ring_size", "ring_size_max", "zerocopy_threshold"]
 
 
 def sdctl(*args, user=None, check=True, timeout=120, prefix=()):

@@ -40,6 +40,11 @@ constexpr const char *names[] = {
 	"zc_remapped",
 	"zc_copied",
 	"zc_cow",
+	"fallback_peer_unknown",
+	"rdv_asked",
+	"rdv_answered",
+	"rdv_failed",
+	"rdv_cached",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

@@ -457,6 +457,9 @@ enum sd_fallback {
 	SD_FALLBACK_REMOTE,		/* another host, and no inter-host
 					 * transport is in use
 					 */
+	SD_FALLBACK_PEER_UNKNOWN,	/* a non-blocking connect to a host
+					 * whose monitor was not asked yet
+					 */
 	__SD_FALLBACK_MAX,
 };
 
@@ -506,6 +509,11 @@ enum sd_stat {
 	SD_STAT_ZC_REMAPPED,	/* pages remapped into a receiver */
 	SD_STAT_ZC_COPIED,	/* bytes of them a receiver got by copying */
 	SD_STAT_ZC_COW,		/* pool pages copied on write */
+	SD_STAT_FALLBACK_PEER_UNKNOWN,	/* SD_FALLBACK_PEER_UNKNOWN */
+	SD_STAT_RDV_ASKED,	/* rendezvous this monitor started */
+	SD_STAT_RDV_ANSWERED,	/* requests of other monitors answered */
+	SD_STAT_RDV_FAILED,	/* rendezvous that failed, either side */
+	SD_STAT_RDV_CACHED,	/* connects decided by the peer cache */
 	__SD_STAT_MAX,
 };
 

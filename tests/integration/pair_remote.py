@@ -1,0 +1,188 @@
+"""Two test hosts (tests/vm/pair): this guest (A) and the peer guest (B),
+each with its own af_sd.ko and a soft-RoCE device on the link between them.
+
+Not collected by the single-guest suite (the file name does not start with
+test_); scripts/check's "pair" stage runs it:
+
+    tests/vm/pair --rdma -- python3 -m pytest -q tests/integration/pair_remote.py
+"""
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import SDCTL, TOP
+from peer import Peer
+
+SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
+RDV_PORT = 7471
+APP_PORT = 9191
+
+ECHO = f"""
+import socket, threading
+s = socket.create_server(("", {APP_PORT}))
+print("ready", flush=True)
+def serve(c):
+    with c:
+        while True:
+            d = c.recv(65536)
+            if not d:
+                return
+            c.sendall(d)
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+CLIENT = """
+import os, socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    c = socket.create_connection((host, port))
+    data = os.urandom(200000)
+    c.sendall(data)
+    got = b""
+    while len(got) < len(data):
+        d = c.recv(65536)
+        assert d, "EOF before the echo was whole"
+        got += d
+    assert got == data, "the echo differs"
+    c.close()
+print("ok")
+"""
+
+
+@pytest.fixture(scope="module")
+def peer():
+    if not Peer.available():
+        pytest.fail("no peer host: run this file through tests/vm/pair")
+    return Peer()
+
+
+def sysctl(key, value):
+    with open(f"/proc/sys/net/sd/{key}", "w") as f:
+        f.write(f"{value}\n")
+
+
+def peer_sysctl(peer, key, value):
+    out = peer.run(["sh", "-c", f"echo {value} > /proc/sys/net/sd/{key}"])
+    assert out["rc"] == 0, out
+
+
+def stats(peer=None):
+    cmd = [SDCTL, "--json", "stats"]
+    if peer:
+        out = peer.run(cmd)
+        assert out["rc"] == 0, out
+        return json.loads(out["stdout"])
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+@pytest.fixture
+def settings(peer):
+    """Redirection on here; every rendezvous setting back to off after."""
+    sysctl("redirect", 1)
+    yield
+    for key, value in (("rendezvous_port", 0), ("redirect", 0)):
+        sysctl(key, value)
+        peer_sysctl(peer, key, value)
+
+
+@pytest.fixture
+def echo(peer):
+    srv = peer.spawn([sys.executable, "-c", ECHO])
+    assert srv.readline() == "ready"
+    yield srv
+    srv.kill()
+
+
+def client(peer, n=2):
+    out = subprocess.run([SDRUN, sys.executable, "-c", CLIENT, peer.remote,
+                          str(APP_PORT), str(n)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def delta(before, after):
+    return {k: v - before.get(k, 0) for k, v in after.items()
+            if v != before.get(k, 0)}
+
+
+def test_the_rdma_devices_talk(peer):
+    """The test bed itself: a reliable-connected ping-pong between the two
+    rxe devices (ibv_rc_pingpong), both ends must succeed."""
+    cmd = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "20"]
+    srv = peer.spawn(cmd)
+    time.sleep(1)
+    out = subprocess.run(cmd + [peer.remote], capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "20 iters" in out.stdout, out.stdout
+    assert srv.wait(240) == 0, srv.stderr
+
+
+def test_host_without_a_monitor_gets_tcp(peer, settings, echo):
+    sysctl("rendezvous_port", RDV_PORT)
+    before = stats()
+    client(peer)
+    d = delta(before, stats())
+    assert d.get("fallback_peer_no_sd") == 2, d
+    assert d.get("rdv_asked") == 1 and d.get("rdv_cached") == 1, d
+
+
+def test_two_monitors_agree_on_tcp_without_rdma(peer, settings, echo):
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before, pbefore = stats(), stats(peer)
+    client(peer)
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("fallback_no_rdma") == 2, d
+    assert d.get("rdv_asked") == 1, d
+    assert pd.get("rdv_answered") == 1 and "rdv_failed" not in pd, pd
+
+
+def test_peer_killed_mid_transfer_is_an_error_not_a_hang(peer, settings):
+    """The server on B is killed while A streams to it: A's send or
+    receive ends in an error or EOF, within the test's timeout."""
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    sink = peer.spawn([sys.executable, "-c", f"""
+import socket
+s = socket.create_server(("", {APP_PORT}))
+print("ready", flush=True)
+c, _ = s.accept()
+print("accepted", flush=True)
+while c.recv(1 << 16):
+    pass
+"""])
+    assert sink.readline() == "ready"
+    code = f"""
+import socket, sys
+c = socket.create_connection(("{peer.remote}", {APP_PORT}))
+print("connected", flush=True)
+sys.stdin.readline()
+try:
+    while True:
+        c.sendall(b"x" * 65536)
+except OSError as e:
+    print("error", e.errno, flush=True)
+"""
+    p = subprocess.Popen([SDRUN, sys.executable, "-c", code],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "connected"
+        assert sink.readline() == "accepted"
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        time.sleep(1)
+        sink.kill()
+        line = p.stdout.readline().split()
+        assert line and line[0] == "error", line
+        assert p.wait(timeout=120) == 0
+    finally:
+        p.kill()
+        p.wait()
