@@ -18,6 +18,10 @@ the libsd probe run) and writes:
   results.png   round trip and throughput against message size (needs
                 python3-matplotlib; skipped with a message without it)
 
+Lines whose "where" is "pair" (bench/remote's remote.jsonl, in an input
+folder or given with --remote) make the "Between hosts" section instead:
+"remote" in results.json.
+
 See Documentation/bench.rst.
 """
 import argparse
@@ -46,10 +50,10 @@ NOT_ENABLED = ("fast path not yet enabled: these are AF_SD system calls "
                "under sdrun, not libsd figures")
 
 
-def read_inputs(paths):
+def read_inputs(paths, extra=()):
     lines, trace = [], []
     files = []
-    for p in map(pathlib.Path, paths):
+    for p in map(pathlib.Path, list(paths) + list(extra)):
         if p.is_dir():
             files += sorted(p.glob("*.jsonl"))
             if (p / "libsd-trace.txt").exists():
@@ -58,7 +62,11 @@ def read_inputs(paths):
             trace.append(p)
         else:
             files.append(p)
+    seen = set()
     for f in files:
+        if f.resolve() in seen:         # remote.jsonl both ways
+            continue
+        seen.add(f.resolve())
         for n, line in enumerate(f.read_text().splitlines(), 1):
             line = line.strip()
             if not line:
@@ -684,15 +692,212 @@ def plot(records, fp, path):
     return True
 
 
+# ---- Between hosts (bench/remote, issue #7) --------------------------------
+
+def is_pair(d):
+    return d.get("where") == "pair" or d.get("meta", {}).get("where") == "pair"
+
+
+REMOTE_ORDER = ["sd-rdma", "rdma-write", "rsocket", "sd-fallback", "tcp"]
+REMOTE_NAMES = {
+    "sd-rdma": "AF_SD over RDMA",
+    "rdma-write": "raw RDMA write",
+    "rsocket": "rsocket",
+    "sd-fallback": "AF_SD under sdrun, TCP fallback",
+    "tcp": "TCP",
+}
+REMOTE_HOW = {
+    "sd-rdma": "not built yet",
+    "rdma-write": "perftest ib_write_lat, ib_write_bw",
+    ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librspreload.so",
+    ("rsocket", "rstream"): "rstream (rdmacm-utils), blocking",
+    "sd-fallback": "sockperf under sdrun, redirect and rendezvous on",
+    "tcp": "sockperf",
+}
+# The targets of issue #7 ("Between hosts").
+REMOTE_RTT_TARGET = 1.3
+NOT_BUILT = "the AF_SD RDMA transport is not built"
+
+
+def remote_key(d):
+    """A row: transport and program (perftest's two programs are one)."""
+    t = d["transport"]
+    if t in ("rdma-write", "sd-rdma"):
+        return (t, None)
+    return (t, d.get("program"))
+
+
+def remote_name(key):
+    t, prog = key
+    how = REMOTE_HOW.get(key) or REMOTE_HOW.get(t) or prog or ""
+    return f"{REMOTE_NAMES.get(t, t)} ({how})" if how else REMOTE_NAMES.get(t, t)
+
+
+def remote(lines):
+    """The inter-host rows, their ratios against raw RDMA write and the
+    targets (None without bench/remote lines)."""
+    lines = [d for d in lines if is_pair(d)]
+    if not lines:
+        return None
+    meta, rows, failed, not_built = {}, {}, [], []
+    fallback = {"a": {}, "b": {}}
+    for d in lines:
+        if "meta" in d:
+            meta.update({k: v for k, v in d["meta"].items() if k != "where"})
+            continue
+        col = (d["test"], d["size"])
+        if "not_built" in d:
+            not_built.append(d)
+            rows.setdefault(remote_key(d), {})
+            continue
+        if "failed" in d:
+            failed.append(d)
+            rows.setdefault(remote_key(d), {})
+            continue
+        rows.setdefault(remote_key(d), {})[col] = d
+        for side in ("a", "b"):
+            for k, v in (d.get(f"fallback_{side}") or {}).items():
+                fallback[side][k] = fallback[side].get(k, 0) + v
+    cols = sorted({(d["test"], d["size"]) for d in lines if "test" in d},
+                  key=lambda c: (c[0] != "pingpong", c[1]))
+    ref = rows.get(("rdma-write", None), {})
+    results = []
+    for key in sorted(rows, key=lambda k: (REMOTE_ORDER.index(k[0])
+                                           if k[0] in REMOTE_ORDER else 99,
+                                           k[1] or "")):
+        r = {"transport": key[0], "program": key[1], "name": remote_name(key),
+             "points": {}}
+        if key[0] == "sd-rdma":
+            r["note"] = f"not built yet: {NOT_BUILT}"
+        for test, size in cols:
+            d = rows[key].get((test, size))
+            if not d:
+                continue
+            p = {k: v for k, v in d.items()
+                 if k not in ("where", "transport", "program", "test", "size")}
+            p["program"] = d.get("program")
+            b = ref.get((test, size))
+            if b and b.get("value"):
+                # Round trip: row ÷ RDMA write (below 1 is faster);
+                # throughput: row ÷ RDMA write (above 1 is more).
+                p["over_rdma_write"] = d["value"] / b["value"]
+            r["points"][f"{test}/{size}"] = p
+        results.append(r)
+    targets = {"rtt_within_of_rdma_write": REMOTE_RTT_TARGET,
+               "above_rsocket": ["round trip", "message throughput"],
+               "measurable": False,
+               "note": f"not measurable yet: {NOT_BUILT}"}
+    return {"meta": meta, "columns": [f"{t}/{s}" for t, s in cols],
+            "results": results, "failed": failed, "fallback": fallback,
+            "targets": targets}
+
+
+def remote_md(rm, meta):
+    if not rm:
+        return []
+    m = rm["meta"]
+    pm = meta.get("pair", {})
+    accel = (pm.get("accel") or m.get("accel") or "tcg").upper()
+    md = ["## Between hosts (two guests, TCG, soft-RoCE)", "",
+          f"**Targets (issue #7): AF_SD round trip within {REMOTE_RTT_TARGET:g}× of "
+          "raw RDMA write; AF_SD above rsocket in round trip and in message "
+          f"throughput.  Not measurable yet: {NOT_BUILT}.**", "",
+          f"Two QEMU guests ({accel}, kernel {m.get('kernel', '?')}) joined by a "
+          "QEMU socket link, each with af_sd.ko and a soft-RoCE device "
+          f"({m.get('device', 'rxe0')}) on its NIC (tests/vm/pair --rdma, "
+          "bench/remote): the client runs in guest A "
+          f"({m.get('local', '10.77.0.1')}), the server in guest B "
+          f"({m.get('remote', '10.77.0.2')}).  **These are guest figures: TCG "
+          "emulates every instruction and rxe does RDMA in the guests' kernels, "
+          "so read them only as ratios within this run, never as RDMA or network "
+          "speeds.**", "",
+          "Round trip: median, µs (sockperf --full-rtt; ib_write_lat: twice "
+          "t_typical, which is half the round trip; rstream: twice usec/xfer, a "
+          "mean).  Throughput: one-way messages per second (MB/s).  Each ratio "
+          "is the row ÷ raw RDMA write at the same test and size: for the round "
+          "trip below 1 is faster, for throughput above 1 is more.", ""]
+    if m.get("failed"):
+        md += [f"**Failed: the pair part: {m['failed']}** (what it measured before "
+               "is below; raw/pair.log has the guests' console).", ""]
+    cols = rm["columns"]
+
+    def colname(c):
+        test, size = c.split("/")
+        return (f"round trip {size_name(int(size))}" if test == "pingpong"
+                else f"throughput {size_name(int(size))}")
+
+    head = ["transport"]
+    for c in cols:
+        head += [colname(c), "÷ RDMA write"]
+    rows = []
+    for r in rm["results"]:
+        row = [r["name"]]
+        for c in cols:
+            p = r["points"].get(c)
+            if r["transport"] == "sd-rdma":
+                row += ["not built yet", "–"]
+            elif not p:
+                row += ["failed" if any(
+                    remote_key(f) == (r["transport"], r["program"]) and
+                    f"{f['test']}/{f['size']}" == c for f in rm["failed"])
+                    else "–", "–"]
+            elif p["unit"] == "us":
+                row += [us(p["value"]), f"{p['over_rdma_write']:.3g}×"
+                        if "over_rdma_write" in p else "–"]
+            else:
+                mb = p.get("mb_per_s")
+                row += [f"{si(p['value'])}/s" + (f" ({mb:.3g})" if mb is not None
+                                                 else ""),
+                        f"{p['over_rdma_write']:.3g}×"
+                        if "over_rdma_write" in p else "–"]
+        rows.append(row)
+    if rows:
+        md += table(head, rows) + [""]
+    fb = rm["fallback"]
+    if fb["a"] or fb["b"]:
+        def counts(c):
+            return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"
+        md += ["AF_SD under sdrun went over TCP: the module's counters over "
+               f"those runs (sdctl stats): guest A (connecting) {counts(fb['a'])}; "
+               f"guest B (listening) {counts(fb['b'])}.", ""]
+    groups = {}
+    for f in rm["failed"]:
+        k = (remote_name(remote_key(f)), f["failed"])
+        groups.setdefault(k, []).append(
+            f"{'round trip' if f['test'] == 'pingpong' else 'throughput'} "
+            f"{size_name(f['size'])}")
+    for (name, why), what in groups.items():
+        md += [f"**Failed: {name}, {', '.join(what)}: {why}**", ""]
+    extra = []
+    if m.get("seconds") is not None:
+        extra.append(f"bench/remote took {m['seconds']:g} s")
+    if m.get("sockperf_seconds") is not None:
+        extra.append(f"{m['sockperf_seconds']:g} s per sockperf run")
+    if m.get("perftest_iterations") is not None:
+        extra.append(f"{m['perftest_iterations']} iterations per perftest "
+                     "and rstream round-trip run")
+    if m.get("servers_left_on_b"):
+        extra.append(f"⚠ servers left on B: {m['servers_left_on_b']}")
+    if extra:
+        md += ["; ".join(extra) + ".", ""]
+    return md
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
+    ap.add_argument("--remote", action="append", default=[],
+                    help="bench/remote's remote.jsonl (also read from an input "
+                    "folder)")
     ap.add_argument("inputs", nargs="+")
     args = ap.parse_args()
 
-    lines, trace = read_inputs(args.inputs)
+    lines, trace = read_inputs(args.inputs, args.remote)
+    pair_lines = [d for d in lines if is_pair(d)]
+    lines = [d for d in lines if not is_pair(d)]
+    rm = remote(pair_lines)
     meta, records, skipped = collect(lines)
-    if not records:
+    if not records and not rm:
         sys.exit("report: no measurements in the input")
     fp = fast_path(trace)
     targets = pairs(lines)
@@ -718,11 +923,15 @@ def main():
            "meta": meta, "libsd_fast_path": fp, "skipped": skipped,
            "targets": targets, "results": results, "large": large,
            "apps": {"rows": app_rows, "failed": app_failed}}
+    if rm:
+        doc["remote"] = rm
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated,
                                              targets, large) +
-                                    "\n".join(apps_md(app_rows, app_failed)) + "\n")
-    wrote = plot(records, fp, out / "results.png")
+                                    "\n".join(apps_md(app_rows, app_failed)) + "\n" +
+                                    ("\n" + "\n".join(remote_md(rm, meta)) + "\n"
+                                     if rm else ""))
+    wrote = bool(records) and plot(records, fp, out / "results.png")
     print(f"report: wrote {out}/results.json, results.md"
           + (", results.png" if wrote else ""), file=sys.stderr)
 
