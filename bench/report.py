@@ -698,9 +698,11 @@ def is_pair(d):
     return d.get("where") == "pair" or d.get("meta", {}).get("where") == "pair"
 
 
-REMOTE_ORDER = ["sd-rdma", "rdma-write", "rsocket", "sd-fallback", "tcp"]
+REMOTE_ORDER = ["sd-rdma", "sd-rdma-proto", "rdma-write", "rsocket",
+                "sd-fallback", "tcp"]
 REMOTE_NAMES = {
     "sd-rdma": "AF_SD over RDMA",
+    "sd-rdma-proto": "libsd's ring over RDMA, prototype",
     "rdma-write": "raw RDMA write",
     "rsocket": "rsocket",
     "sd-fallback": "AF_SD under sdrun, TCP fallback",
@@ -708,6 +710,7 @@ REMOTE_NAMES = {
 }
 REMOTE_HOW = {
     "sd-rdma": "not built yet",
+    "sd-rdma-proto": "sd_rdma_pipe, no module, 64 B round trips",
     "rdma-write": "perftest ib_write_lat, ib_write_bw",
     ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librspreload.so",
     ("rsocket", "rstream"): "rstream (rdmacm-utils), blocking",

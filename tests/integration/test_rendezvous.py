@@ -16,6 +16,7 @@ import pytest
 from conftest import SDCTL, TOP, wait_for
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
+ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
 H1, H2 = "sdrv-h1", "sdrv-h2"
 A1, A2 = "10.78.0.1", "10.78.0.2"
 RDV_PORT = 7471
@@ -75,23 +76,9 @@ def hosts():
 @pytest.fixture
 def echo_server(hosts):
     """A plain TCP echo server (not under sdrun) in h2."""
-    code = f"""
-import socket, threading
-s = socket.create_server(("{A2}", {APP_PORT}))
-print("ready", flush=True)
-def serve(c):
-    with c:
-        while True:
-            d = c.recv(65536)
-            if not d:
-                return
-            c.sendall(d)
-while True:
-    c, _ = s.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-"""
-    p = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, "-c",
-                          code], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, ECHO,
+                          A2, str(APP_PORT)], stdout=subprocess.PIPE,
+                         text=True)
     assert p.stdout.readline().strip() == "ready"
     yield
     p.kill()
