@@ -476,9 +476,17 @@ std::uint64_t Consumer::cur_space() const noexcept
 // belongs to a record we have not finished, so it is not read at all.
 std::uint64_t Consumer::load_hdr(std::uint64_t pos) const noexcept
 {
-	if (pos - pub_ >= size_)
+	if (pos - pub_ >= size_ || beyond(pos, 0))
 		return 0;
 	return load(hdr(pos), std::memory_order_acquire);
+}
+
+// With a limit (set_limit()): the record at pos taking space bytes (0: its
+// header alone) has not wholly arrived.  Positions wrap at 2^64, and the
+// limit is never more than a ring ahead of them.
+bool Consumer::beyond(std::uint64_t pos, std::uint64_t space) const noexcept
+{
+	return bounded_ && static_cast<std::int64_t>(pos + (space ? space : HDR) - limit_) > 0;
 }
 
 // The bytes the record whose header word is w, at pos, takes; 0 if corrupt.
@@ -556,6 +564,11 @@ ssize_t Consumer::copy(std::span<const iovec> iov) noexcept
 			const std::uint64_t space = check(w, pos);
 			if (!space) {
 				ret = err_ = -EPROTO;
+				break;
+			}
+			if (beyond(pos, space)) {	// the rest is yet to come
+				if (!done)
+					ret = -EAGAIN;
 				break;
 			}
 			const auto r = std::bit_cast<sd_rec>(w);
@@ -671,6 +684,8 @@ ssize_t Consumer::readable() noexcept
 
 		if (!space || ((r.flags & SD_REC_ZC) && zc_len(pos, nullptr, &len)))
 			return err_ = -EPROTO;
+		if (beyond(pos, space))
+			break;
 		if (!(r.flags & SD_REC_PAD))
 			n += len;
 		pos += space;

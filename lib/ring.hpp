@@ -188,6 +188,18 @@ public:
 	// Publish the credit for everything consumed so far.
 	void flush() noexcept;
 
+	// Read nothing at or past stream position end: a record counts as
+	// not arrived yet unless it ends at or before end.  For a ring whose
+	// bytes another host writes by RDMA, which does not order the
+	// placement of a write's bytes, end is where the last completion
+	// said the stream ends (Documentation/rdma.rst).  Without a call,
+	// the ring is read up to its credit, as the rules above allow.
+	void set_limit(std::uint64_t end) noexcept
+	{
+		limit_ = end;
+		bounded_ = true;
+	}
+
 	// Before sleeping for data: publishes credit, sets READER_WAIT; 1 to
 	// sleep until woken, 0 if there is data or the end of the stream, or
 	// -ECONNRESET / error().
@@ -204,6 +216,7 @@ public:
 private:
 	template <bool Consume> ssize_t copy(std::span<const iovec> iov) noexcept;
 	std::uint64_t load_hdr(std::uint64_t pos) const noexcept;
+	bool beyond(std::uint64_t pos, std::uint64_t space) const noexcept;
 	int zc_len(std::uint64_t pos, std::uint64_t *seq, std::uint32_t *len) const noexcept;
 	std::uint64_t cur_space() const noexcept;
 	std::uint64_t check(std::uint64_t word, std::uint64_t pos) const noexcept;
@@ -215,6 +228,8 @@ private:
 
 	std::uint64_t head_;		// start of the current record
 	std::uint64_t pub_;		// last credit published
+	std::uint64_t limit_ = 0;	// with bounded_: see set_limit()
+	bool bounded_ = false;
 	std::uint64_t zc_pos_ = 0;	// where read() or peek() met a zc record
 	std::uint32_t cur_len_ = 0;	// bytes of the current record, 0: none
 	std::uint32_t rec_off_ = 0;	// bytes of it already consumed

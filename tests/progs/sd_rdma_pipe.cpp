@@ -48,7 +48,7 @@ constexpr std::size_t ring_size = 64 * 1024;
 // What one side tells the other: its queue pair and where its rings are.
 struct Half {
 	std::uint32_t qpn, psn, rkey, pad;
-	std::uint64_t landing;	// where our records go
+	std::uint64_t rx_base;	// its receive ring: our records go there
 	std::uint64_t tx_base;	// its send ring's copy: our credits go there
 	std::uint8_t gid[16];
 };
@@ -96,25 +96,25 @@ public:
 		if (!pd_ || !cq_)
 			die("ibv_alloc_pd/ibv_create_cq");
 
-		// One registration: the receive ring, the send ring (the peer
-		// writes credit into its consumer field) and the landing area
-		// where the peer writes records (see land()).
+		// One registration: the receive ring (the peer writes records)
+		// and the send ring (the peer writes credit into its consumer
+		// field).
 		const std::size_t len = sd::layout_len(ring_size);
-		mem_.resize(2 * len + ring_size + 4096);
+		mem_.resize(2 * len + 4096);
 		auto *base = reinterpret_cast<unsigned char *>(
 			(reinterpret_cast<std::uintptr_t>(mem_.data()) + 4095) & ~std::uintptr_t{4095});
 		rx_base_ = base;
 		tx_base_ = base + len;
-		landing_ = base + 2 * len;
 		if (sd::layout(rx_base_, len, ring_size, rx_off_) ||
 		    sd::layout(tx_base_, len, ring_size, tx_off_))
 			die("sd::layout", EINVAL);
-		mr_.reset(ibv_reg_mr(pd_.get(), base, 2 * len + ring_size,
+		mr_.reset(ibv_reg_mr(pd_.get(), base, 2 * len,
 				     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
 		if (!mr_)
 			die("ibv_reg_mr");
 		prod_ = std::make_unique<sd::Producer>(tx_base_, tx_off_);
 		cons_ = std::make_unique<sd::Consumer>(rx_base_, rx_off_);
+		cons_->set_limit(0);	// nothing has arrived
 
 		ibv_qp_init_attr qa = {};
 		qa.send_cq = cq_.get();
@@ -132,7 +132,7 @@ public:
 		mine.qpn = htonl(qp_->qp_num);
 		mine.psn = htonl(static_cast<std::uint32_t>(std::rand()) & 0xffffff);
 		mine.rkey = htonl(mr_->rkey);
-		mine.landing = htobe64(reinterpret_cast<std::uint64_t>(landing_));
+		mine.rx_base = htobe64(reinterpret_cast<std::uint64_t>(rx_base_));
 		mine.tx_base = htobe64(reinterpret_cast<std::uint64_t>(tx_base_));
 		ibv_gid gid;
 		if (ibv_query_gid(ctx_.get(), 1, gid_index_, &gid))
@@ -263,7 +263,7 @@ private:
 	void mirror(std::uint64_t from, std::uint64_t to)
 	{
 		const std::uint64_t mask = ring_size - 1;
-		const std::uint64_t peer_data = be64toh(peer_.landing);
+		const std::uint64_t peer_data = be64toh(peer_.rx_base) + rx_off_.data;
 		while (from < to) {
 			const std::uint64_t off = from & mask;
 			const std::uint64_t n = std::min(to - from, ring_size - off);
@@ -288,11 +288,9 @@ private:
 	/*
 	 * RDMA does not order the placement of the bytes of one write, and a
 	 * record's header comes before its payload in memory: the consumer
-	 * must not see a header before the completion that follows its
-	 * payload.  So records land in an area of their own and move into
-	 * the ring up to the end that the completion announces (the low 32
-	 * bits of the peer's tail).  The transport proper bounds the
-	 * consumer instead and saves the copy (rdma.rst).
+	 * reads only up to the end that the completion announces (the low 32
+	 * bits of the peer's tail; a completion follows every byte before
+	 * it).
 	 */
 	void land(std::uint32_t imm)
 	{
@@ -301,13 +299,8 @@ private:
 			end += std::uint64_t{1} << 32;
 		if (end - landed_ > ring_size)
 			die("a completion past the ring", EPROTO);
-		const std::uint64_t mask = ring_size - 1;
-		while (landed_ < end) {
-			const std::uint64_t off = landed_ & mask;
-			const std::uint64_t n = std::min(end - landed_, ring_size - off);
-			std::memcpy(rx_base_ + rx_off_.data + off, landing_ + off, n);
-			landed_ += n;
-		}
+		landed_ = end;
+		cons_->set_limit(end);
 	}
 
 	void poll()
@@ -337,8 +330,8 @@ private:
 	Qp qp_;
 	Mr mr_;
 	std::vector<unsigned char> mem_;
-	unsigned char *rx_base_ = nullptr, *tx_base_ = nullptr, *landing_ = nullptr;
-	std::uint64_t landed_ = 0;	// stream bytes moved into the ring
+	unsigned char *rx_base_ = nullptr, *tx_base_ = nullptr;
+	std::uint64_t landed_ = 0;	// the end the last completion announced
 	sd_ring_offset rx_off_ = {}, tx_off_ = {};
 	std::unique_ptr<sd::Producer> prod_;
 	std::unique_ptr<sd::Consumer> cons_;

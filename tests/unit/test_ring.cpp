@@ -429,6 +429,82 @@ void positions_wrap_at_2_64(void **state)
 	assert_true(r.data_zero(0, SIZE));
 }
 
+// set_limit(): a ring written by RDMA is read only up to the end the last
+// completion announced; a record is all there or not at all.
+void limit_hides_what_has_not_arrived(void **state)
+{
+	auto &r = test::ring(state);
+	sd::Producer p(r.base, r.off);
+	sd::Consumer c(r.base, r.off);
+
+	assert_int_equal(p.write(src, 5), 5);		// record [0, 16)
+	const std::uint64_t first = p.tail();
+	assert_int_equal(p.write(src + 5, 100), 100);	// record [16, 124)
+	c.set_limit(0);
+	assert_int_equal(c.readable(), 0);
+	assert_int_equal(c.read(buf, sizeof(buf)), -EAGAIN);
+	assert_int_equal(c.peek(buf, sizeof(buf)), -EAGAIN);
+	// Up to the end of the first record: that one only.
+	c.set_limit(first);
+	assert_int_equal(c.readable(), 5);
+	assert_int_equal(c.read(buf, sizeof(buf)), 5);
+	assert_memory_equal(buf, src, 5);
+	// Inside the second: still nothing of it (its payload may be missing).
+	c.set_limit(first + 60);
+	assert_int_equal(c.readable(), 0);
+	assert_int_equal(c.read(buf, sizeof(buf)), -EAGAIN);
+	c.set_limit(p.tail());
+	assert_int_equal(c.readable(), 100);
+	assert_int_equal(c.read(buf, sizeof(buf)), 100);
+	assert_memory_equal(buf, src + 5, 100);
+	assert_int_equal(c.head(), p.tail());
+}
+
+void limit_inside_a_partly_read_record(void **state)
+{
+	auto &r = test::ring(state);
+	sd::Producer p(r.base, r.off);
+	sd::Consumer c(r.base, r.off);
+
+	assert_int_equal(p.write(src, 40), 40);
+	const std::uint64_t first = p.tail();
+	assert_int_equal(p.write(src + 40, 40), 40);
+	c.set_limit(first);
+	assert_int_equal(c.read(buf, 10), 10);		// part of the first
+	assert_int_equal(c.read(buf + 10, sizeof(buf) - 10), 30);
+	assert_memory_equal(buf, src, 40);
+	assert_int_equal(c.read(buf, sizeof(buf)), -EAGAIN);
+	c.set_limit(p.tail());
+	assert_int_equal(c.read(buf, sizeof(buf)), 40);
+	assert_memory_equal(buf, src + 40, 40);
+}
+
+void limit_across_the_wrap(void **state)
+{
+	auto &r = test::ring(state);
+	const std::uint64_t start = 0 - SIZE / 2;	// wraps 2^64 and the area
+	sd::Producer p(r.base, r.off, start);
+	sd::Consumer c(r.base, r.off, start);
+	std::size_t sent = 0, got = 0;
+
+	for (std::size_t n = 1; sent < 6 * SIZE; n = n * 7 % 1499 + 1) {
+		const std::uint64_t before = p.tail();
+		const ssize_t w = p.write(src + sent % PERIOD, n);
+		assert_true(w > 0);
+		sent += static_cast<std::size_t>(w);
+		// Announced: everything before this write, not the write.
+		c.set_limit(before);
+		for (ssize_t k; (k = c.read(buf, 700)) > 0; got += static_cast<std::size_t>(k))
+			assert_memory_equal(buf, src + got % PERIOD, static_cast<std::size_t>(k));
+		assert_int_equal(c.head(), before);
+		c.set_limit(p.tail());
+		for (ssize_t k; (k = c.read(buf, 700)) > 0; got += static_cast<std::size_t>(k))
+			assert_memory_equal(buf, src + got % PERIOD, static_cast<std::size_t>(k));
+	}
+	assert_int_equal(got, sent);
+	assert_int_equal(c.head(), p.tail());
+}
+
 } // namespace
 
 int main(void)
@@ -455,6 +531,9 @@ int main(void)
 		ring_test(fin_wakes_the_reader, SIZE),
 		ring_test(reset_and_closed, SIZE),
 		ring_test(positions_wrap_at_2_64, SIZE),
+		ring_test(limit_hides_what_has_not_arrived, SIZE),
+		ring_test(limit_inside_a_partly_read_record, SIZE),
+		ring_test(limit_across_the_wrap, SIZE),
 	};
 	return cmocka_run_group_tests_name("ring", tests, init_src, nullptr);
 }
