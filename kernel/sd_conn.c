@@ -352,6 +352,16 @@ int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
 	if (tcp)
 		return tcp->ops->bind(tcp, uaddr, addr_len);
 	lock_sock(sk);
+	/*
+	 * A connect of another thread may have fallen back while this one
+	 * waited for the lock: the TCP socket, now the file's, answers (a
+	 * failed bind below would release it under the file).
+	 */
+	tcp = sd_tcp_sock(sk);
+	if (tcp) {
+		release_sock(sk);
+		return tcp->ops->bind(tcp, uaddr, addr_len);
+	}
 	if (ss->redirected) {
 		err = sd_bind_redirected(sk, uaddr, addr_len);
 		goto out;
@@ -435,6 +445,12 @@ int sd_listen(struct socket *sock, int backlog)
 		backlog = somaxconn;
 
 	lock_sock(sk);
+	/* As in sd_bind(): a fallback of another thread meanwhile. */
+	tcp = sd_tcp_sock(sk);
+	if (tcp) {
+		release_sock(sk);
+		return tcp->ops->listen(tcp, tcp_backlog);
+	}
 	err = -EINVAL;
 	if (sock->state != SS_UNCONNECTED || ss->conn)
 		goto out;
