@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, redirect,
-                      sd_stats, wait_for)
+from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, prog,
+                      redirect, sd_stats, wait_for)
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -226,6 +226,128 @@ def test_racing_connects_fall_back_once(no_leak):
             s.close()
     assert d()["fallback_no_listener"] == rounds
     lst.close()
+
+
+# A bind or listen that waits for the socket lock while the connect of
+# another thread falls back (75fbe8d).  To make that wait certain rather
+# than lucky, the connect goes to "another host" (a second netns over a
+# veth): a blocking connect there asks that host's monitor with the socket
+# locked, and the monitor, a stand-in in sd_race, keeps it waiting until the
+# racing call is seen asleep in the kernel, then fails the rendezvous (the
+# connect falls back, reason handshake).  See tests/progs/sd_race.c.
+RACE_NS = ("sdrc-h1", "sdrc-h2")
+RACE_ADDR = ("10.79.0.1", "10.79.0.2")
+RACE_RDV_PORT = 7481
+RACE_ROUNDS = 150
+
+
+def in_ns(name, *cmd, **kw):
+    return subprocess.run(["ip", "netns", "exec", name, *cmd],
+                          capture_output=True, text=True, **kw)
+
+
+@pytest.fixture
+def race_hosts():
+    """h1 (redirect on, rendezvous on, no peer cache) and h2."""
+    h1, h2 = RACE_NS
+    for n in RACE_NS:
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        subprocess.run(["ip", "netns", "add", n], check=True)
+        in_ns(n, "ip", "link", "set", "lo", "up", check=True)
+    subprocess.run(["ip", "link", "add", "sdrc0", "netns", h1, "type", "veth",
+                    "peer", "name", "sdrc1", "netns", h2], check=True)
+    for n, dev, addr in ((h1, "sdrc0", RACE_ADDR[0]),
+                         (h2, "sdrc1", RACE_ADDR[1])):
+        in_ns(n, "ip", "addr", "add", f"{addr}/24", "dev", dev, check=True)
+        in_ns(n, "ip", "link", "set", dev, "up", check=True)
+    for key, value in (("redirect", 1), ("rendezvous_port", RACE_RDV_PORT),
+                       ("peer_cache_seconds", 0),
+                       ("rendezvous_timeout_ms", 30000)):
+        in_ns(h1, "sh", "-c", f"echo {value} > /proc/sys/net/sd/{key}",
+              check=True)
+    yield h1
+    for n in RACE_NS:
+        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def ns_stats(name):
+    return json.loads(in_ns(name, SDCTL, "--json", "stats",
+                            check=True).stdout)
+
+
+def ns_sd_sockets(name):
+    """AF_SD sockets in use in a netns (no_leak counts the suite's own)."""
+    for line in in_ns(name, "cat", "/proc/net/protocols",
+                      check=True).stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "AF_SD":
+            return int(fields[2])
+    raise AssertionError("AF_SD is not in /proc/net/protocols")
+
+
+def race_fallback(h1, op):
+    """sd_race OP in h1 against h2; its JSON, with h1's counter changes."""
+    before = ns_stats(h1)
+    start = time.monotonic()
+    out = in_ns(h1, prog("sd_race"), op, str(RACE_ROUNDS),
+                f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1], str(RACE_RDV_PORT),
+                timeout=300)
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    res["seconds"] = time.monotonic() - start
+    after = ns_stats(h1)
+    res["delta"] = {k: v - before.get(k, 0) for k, v in after.items()}
+    print({**res, "delta": {k: v for k, v in res["delta"].items() if v}})
+    assert wait_for(lambda: ns_sd_sockets(h1) == 0), \
+        f"{ns_sd_sockets(h1)} AF_SD sockets left in {h1}"
+    return res
+
+
+def test_bind_waiting_for_a_connect_that_falls_back(race_hosts):
+    """bind() of a redirected socket that waited for the lock while another
+    thread's connect fell back is TCP's bind on TCP's socket: it binds it
+    (the connection then comes from that port) or, once TCP's connect bound
+    it, fails with TCP's EINVAL; never AF_SD's redirected bind, whose
+    failure (here: EADDRINUSE, a native AF_SD socket holds the port)
+    released the TCP socket that the file had just been given.  The
+    connection works every time."""
+    res = race_fallback(race_hosts, "bind")
+    answers, delta = res["answers"], res["delta"]
+    assert sum(answers.values()) == RACE_ROUNDS
+    assert set(answers) <= {"OK OK", "EINVAL OK"}, answers
+    # Each bind was seen waiting for the lock that the connect held, and
+    # some got the TCP socket before TCP's connect did: the rounds where
+    # the redirected path would have failed and released it.
+    assert res["waited"] == RACE_ROUNDS, res
+    assert answers.get("OK OK"), answers
+    # Each connect fell back once, after asking the stand-in.
+    assert delta["fallback_handshake"] == RACE_ROUNDS, delta
+    assert delta["rdv_asked"] == RACE_ROUNDS, delta
+    assert delta["fallback_no_listener"] == 0, delta
+
+
+def test_listen_waiting_for_a_connect_that_falls_back(race_hosts):
+    """listen() in the same race is TCP's listen on TCP's socket: a TCP
+    listener (the connect then gets TCP's EISCONN) that takes a client and
+    echoes, or TCP's EINVAL once TCP's connect is under way (the connection
+    works); never AF_SD's listen, whose failure (here: EACCES, a rule
+    denies AF_SD binds) released the TCP socket under the file."""
+    in_ns(race_hosts, SDCTL, "rules", "add", "deny", "dir", "bind",
+          check=True)
+    try:
+        res = race_fallback(race_hosts, "listen")
+    finally:
+        in_ns(race_hosts, SDCTL, "rules", "flush", check=True)
+    answers, delta = res["answers"], res["delta"]
+    assert sum(answers.values()) == RACE_ROUNDS
+    assert set(answers) <= {"OK EISCONN", "EINVAL OK"}, answers
+    assert res["waited"] == RACE_ROUNDS, res
+    assert answers.get("OK EISCONN"), answers
+    assert delta["fallback_handshake"] == RACE_ROUNDS, delta
+    # The clients of the TCP listeners found no AF_SD listener there.
+    assert delta["fallback_no_listener"] == res["client_fallbacks"] == \
+        answers.get("OK EISCONN", 0), (res, delta)
+    assert delta["denied_bind"] == 0, delta
 
 
 def test_policy_rule_sends_over_tcp(no_leak):
