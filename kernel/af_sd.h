@@ -17,7 +17,10 @@
  * Apart from these, the rendezvous with other hosts (sd_remote.c):
  * sd_net.rdv_lock (mutex: the listener) and sd_net.peers_lock (spinlock:
  * peer cache and jobs; taken under lock_sock of a connecting socket,
- * nothing taken under it).
+ * nothing taken under it); and an RDMA connection's link: its send_lock
+ * (mutex; taken under lock_sock, and around sd_net.bind_lock and
+ * sd_group.lock when the monitor queues a remote client) and its lock
+ * (spinlock; nothing taken under it but an eventfd's).
  *
  * A connection (struct sd_conn) joins two endpoints and owns the two rings.
  * Each endpoint holds one reference on it.  conn->end[] is published with
@@ -44,6 +47,7 @@
 #define SD_MODULE_VERSION "0.2"
 
 struct sd_group;
+struct sd_link;
 
 /*
  * Pages handed over by zero-copy sends on one ring, in record order
@@ -127,6 +131,12 @@ struct sd_conn {
 	/* end[i] closed or reset: written under lock, read with READ_ONCE. */
 	bool			gone[2];
 	bool			reset;
+	/*
+	 * An RDMA connection: one end is on another host, and the link to
+	 * its monitor stands in for it (sd_remote.c); set before the
+	 * connection is published, never changed.  NULL: both ends here.
+	 */
+	struct sd_link		*link;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
@@ -145,7 +155,10 @@ struct sd_sock {
 	bool			nodelay;	/* TCP_NODELAY, stored only */
 	bool			connecting;	/* non-blocking connect reported */
 	bool			v6only;		/* bound :: takes no IPv4 */
+	bool			rdma_offer;	/* SD_RDMA_OFFER */
 	u8			side;		/* index in conn->end[] */
+	/* SD_RDMA_LOCAL before connect (socket lock); freed with it. */
+	struct sd_rdma_half	*rdma_half;
 
 	struct sd_addr		local;
 	struct sd_addr		peer;
@@ -359,6 +372,7 @@ bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner);
 void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok);
 void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off);
 void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off);
+bool sd_ring_drained(struct sd_ring *ring);
 
 /* sd_zc.c: zero copy */
 void sd_zc_queue_init(struct sd_zc_queue *zq);
@@ -385,6 +399,11 @@ void sd_conn_shutdown(struct sock *sk, int how);
 void sd_conn_peer_gone(struct sock *sk);
 void sd_conn_corrupt(struct sock *sk);
 void sd_wake_peer(struct sock *sk, bool data);
+int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
+			 const struct sd_addr *cli, struct sd_link *link,
+			 const struct sd_rdma_half *half);
+void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset);
+void sd_conn_remote_fin(struct sock *sk);
 
 /* sd_data.c: send, receive, poll, ioctl, options */
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len);
@@ -445,6 +464,23 @@ void sd_remote_net_exit(struct sd_net *sn);
 int sd_remote_set_port(struct sd_net *sn, int port);
 int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
 		  u8 *reason);
+struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
+			     struct in6_addr *local, u8 *reason);
+int sd_link_request(struct sd_link *link, struct sd_conn *conn,
+		    const struct sd_addr *dst, __be16 sport,
+		    const struct sd_rdma_half *half, u8 *reason);
+void sd_link_attach(struct sd_link *link, struct sd_conn *conn, u8 side,
+		    const struct sd_rdma_half *half);
+void sd_link_detach(struct sd_link *link, struct sd_conn *conn);
+void sd_link_go(struct sd_link *link);
+void sd_link_put(struct sd_link *link);
+void sd_link_close(struct sd_link *link, bool clean);
+void sd_link_fail(struct sd_link *link);
+void sd_link_kick(struct sd_link *link);
+int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half);
+int sd_link_get_peer(struct sd_link *link, struct sd_rdma_half *half,
+		     long timeo);
+int sd_link_set_eventfd(struct sd_link *link, int fd);
 
 /* sd_netlink.c */
 int sd_netlink_init(void);

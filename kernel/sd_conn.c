@@ -784,27 +784,32 @@ void sd_conn_put(struct sd_conn *conn)
 {
 	if (!refcount_dec_and_test(&conn->ref))
 		return;
+	if (conn->link)
+		sd_link_put(conn->link);
 	sd_ring_free(&conn->ring[0]);
 	sd_ring_free(&conn->ring[1]);
 	kfree(conn);
 }
 
-/* Ring size from SO_SNDBUF/SO_RCVBUF when the user set one, else sysctl. */
-static u32 sd_ring_size(struct sock *sk, bool tx)
+/*
+ * Ring size from SO_SNDBUF/SO_RCVBUF when the user set one on @sk, else
+ * the sysctl (@sk NULL: the monitor builds the connection).
+ */
+static u32 sd_ring_size(struct net *net, struct sock *sk, bool tx)
 {
-	int def = READ_ONCE(sd_net(sock_net(sk))->ring_size);
+	int def = READ_ONCE(sd_net(net)->ring_size);
 	int want = def;
 
-	if (tx && (sk->sk_userlocks & SOCK_SNDBUF_LOCK))
+	if (sk && tx && (sk->sk_userlocks & SOCK_SNDBUF_LOCK))
 		want = READ_ONCE(sk->sk_sndbuf) / 2;
-	else if (!tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
+	else if (sk && !tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
 		want = READ_ONCE(sk->sk_rcvbuf) / 2;
 	want = clamp_t(int, want, SD_RING_MIN_SIZE,
-		       max(def, READ_ONCE(sd_net(sock_net(sk))->ring_size_max)));
+		       max(def, READ_ONCE(sd_net(net)->ring_size_max)));
 	return roundup_pow_of_two(want);
 }
 
-static struct sd_conn *sd_conn_alloc(struct sock *sk)
+static struct sd_conn *sd_conn_alloc(struct net *net, struct sock *sk)
 {
 	struct sd_conn *conn;
 	int err;
@@ -816,10 +821,10 @@ static struct sd_conn *sd_conn_alloc(struct sock *sk)
 	refcount_set(&conn->ref, 1);
 	spin_lock_init(&conn->lock);
 
-	err = sd_ring_alloc(&conn->ring[0], sd_ring_size(sk, true));
+	err = sd_ring_alloc(&conn->ring[0], sd_ring_size(net, sk, true));
 	if (err)
 		goto err_free;
-	err = sd_ring_alloc(&conn->ring[1], sd_ring_size(sk, false));
+	err = sd_ring_alloc(&conn->ring[1], sd_ring_size(net, sk, false));
 	if (err)
 		goto err_ring0;
 	return conn;
@@ -845,6 +850,52 @@ static void sd_child_inherit(struct sock *child, const struct sock *lsk)
 	child->sk_rcvbuf = lsk->sk_rcvbuf;
 	child->sk_userlocks = lsk->sk_userlocks;
 	sd_sk(child)->nodelay = sd_sk(lsk)->nodelay;
+	sd_sk(child)->rdma_offer = sd_sk(lsk)->rdma_offer;
+}
+
+/*
+ * The server end of a new connection to group @g: @srv its address, @cli
+ * the client's; it takes a reference on @conn and is hashed (sdctl sees
+ * it), but not yet queued.
+ */
+static struct sock *sd_child_new(struct net *net, struct sd_group *g,
+				 struct sd_conn *conn,
+				 const struct sd_addr *srv,
+				 const struct sd_addr *cli)
+{
+	struct sd_net *sn = sd_net(net);
+	struct sd_sock *cs;
+	struct sock *child;
+
+	child = sd_sk_alloc(net, NULL, 0);
+	if (!child)
+		return NULL;
+	cs = sd_sk(child);
+
+	cs->local = *srv;
+	cs->peer = *cli;
+	cs->side = 1;
+	cs->conn = conn;
+	refcount_inc(&conn->ref);
+	rcu_assign_pointer(conn->end[1], child);
+	sd_set_state(child, TCP_ESTABLISHED);
+
+	/* Take the listener's settings from any member. */
+	spin_lock(&g->lock);
+	if (!list_empty(&g->members)) {
+		struct sd_sock *m = list_first_entry(&g->members,
+						     struct sd_sock, group_node);
+
+		sd_child_inherit(child, &m->sk);
+		cs->family = m->family;
+		cs->redirected = m->redirected;
+	}
+	spin_unlock(&g->lock);
+
+	spin_lock(&sn->bind_lock);
+	sd_hash(sn, child);
+	spin_unlock(&sn->bind_lock);
+	return child;
 }
 
 /*
@@ -883,41 +934,15 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 		return -ECONNREFUSED;
 	}
 
-	conn = sd_conn_alloc(sk);
+	conn = sd_conn_alloc(net, sk);
 	if (!conn)
 		return -ENOMEM;
-
-	child = sd_sk_alloc(net, NULL, 0);
+	child = sd_child_new(net, g, conn, &srv, &ss->local);
 	if (!child) {
 		sd_conn_put(conn);
 		return -ENOMEM;
 	}
 	cs = sd_sk(child);
-
-	/* The server end: the listener's address, or the one dialled. */
-	cs->local = srv;
-	cs->peer = ss->local;
-	cs->side = 1;
-	cs->conn = conn;
-	refcount_inc(&conn->ref);
-	rcu_assign_pointer(conn->end[1], child);
-	sd_set_state(child, TCP_ESTABLISHED);
-
-	/* Take the listener's settings from any member. */
-	spin_lock(&g->lock);
-	if (!list_empty(&g->members)) {
-		struct sd_sock *m = list_first_entry(&g->members,
-						     struct sd_sock, group_node);
-
-		sd_child_inherit(child, &m->sk);
-		cs->family = m->family;
-		cs->redirected = m->redirected;
-	}
-	spin_unlock(&g->lock);
-
-	spin_lock(&sn->bind_lock);
-	sd_hash(sn, child);
-	spin_unlock(&sn->bind_lock);
 
 	ss->peer = *dst;
 	ss->peer.addr = cs->local.addr;
@@ -954,6 +979,173 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	sd_conn_put(conn);
 	sd_conn_put(conn);
 	sock_put(child);
+	return err;
+}
+
+/**
+ * sd_conn_remote_child - queue a client of another host at a listener
+ * @net: this netns
+ * @srv: the address and port the client dialled
+ * @cli: the client's
+ * @link: the link to the client's monitor, which stands for the client
+ * @half: the client's half of the queue pair
+ *
+ * For the monitor, answering an RDMA request (sd_remote.c), with the
+ * link's send_lock held.  Returns 0 when queued, -ENOENT (no AF_SD
+ * listener there), -EOPNOTSUPP (the listener offers no RDMA),
+ * -ECONNREFUSED (an accept rule), -EAGAIN (its backlog is full) or
+ * -ENOMEM.
+ */
+int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
+			 const struct sd_addr *cli, struct sd_link *link,
+			 const struct sd_rdma_half *half)
+{
+	struct sd_net *sn = sd_net(net);
+	kgid_t gid = GLOBAL_ROOT_GID;
+	struct sd_conn *conn;
+	struct sd_group *g;
+	struct sock *child;
+	struct sd_addr a;
+	bool offer = false;
+	int err;
+
+	g = sd_group_lookup(sn, srv);
+	if (!g)
+		return -ENOENT;
+	spin_lock(&g->lock);
+	if (!list_empty(&g->members)) {
+		struct sd_sock *m = list_first_entry(&g->members,
+						     struct sd_sock, group_node);
+
+		gid = m->gid;
+		offer = m->rdma_offer;
+	}
+	spin_unlock(&g->lock);
+	err = -EOPNOTSUPP;
+	if (!offer)
+		goto out;
+
+	/* As for a client of this host (sd_conn_establish()). */
+	a.addr = sd_addr_any(&g->addr.addr) ? srv->addr : g->addr.addr;
+	a.port = g->addr.port;
+	if (!sd_policy_allows(net, SD_DIR_ACCEPT, g->uid, gid, &a, cli)) {
+		sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
+		err = -ECONNREFUSED;
+		goto out;
+	}
+
+	err = -ENOMEM;
+	conn = sd_conn_alloc(net, NULL);
+	if (!conn)
+		goto out;
+	child = sd_child_new(net, g, conn, &a, cli);
+	if (!child) {
+		sd_conn_put(conn);
+		goto out;
+	}
+	sd_link_attach(link, conn, 1, half);
+	err = sd_group_enqueue(g, child);
+	if (!err) {
+		sd_link_go(link);
+		sd_stat_inc(net, SD_STAT_RDMA_QUEUED);
+		goto out;
+	}
+	if (err == -EAGAIN)
+		sd_stat_inc(net, SD_STAT_BACKLOG_FULL);
+	else
+		err = -ENOENT;	/* the last listener went meanwhile */
+	/* Undo: nobody but us (and sdctl) has seen the connection. */
+	sd_link_detach(link, conn);
+	sd_unhash(child);
+	RCU_INIT_POINTER(conn->end[1], NULL);
+	sd_sk(child)->conn = NULL;
+	sd_conn_put(conn);
+	sd_conn_put(conn);
+	sock_put(child);
+out:
+	sd_group_put(g);
+	return err;
+}
+
+/*
+ * A redirected socket with an RDMA half connects to another host: ask
+ * that host's monitor for an RDMA connection.  Returns 0 when connected, 1
+ * when the connection is to be TCP (*@reason), or -errno.  Called with @sk
+ * locked: the rendezvous waits under it, as a TCP connect would hold its
+ * caller, up to net.sd.rendezvous_timeout_ms.
+ */
+static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
+			   u8 *reason)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct net *net = sock_net(sk);
+	bool autobound = false;
+	struct sd_link *link;
+	struct sd_conn *conn;
+	struct sd_addr local;
+	kuid_t uid;
+	kgid_t gid;
+	int err;
+
+	link = sd_link_dial(net, dst, &local.addr, reason);
+	if (IS_ERR(link))
+		return PTR_ERR(link);
+	if (!link)
+		return 1;
+
+	if (!ss->bound) {
+		local.port = 0;
+		err = sd_get_port(sk, &local);
+		if (err)
+			goto out_link;
+		autobound = true;
+	} else if (sd_addr_any(&ss->local.addr)) {
+		ss->local.addr = local.addr;
+	}
+
+	sd_current_ids(&uid, &gid);
+	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, &ss->local,
+				  dst)) {
+	case SD_ACTION_ALLOW:
+		break;
+	case SD_ACTION_TCP:
+		*reason = SD_FALLBACK_POLICY;
+		err = 1;
+		goto out_unbind;
+	default:
+		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
+		err = -EACCES;
+		goto out_unbind;
+	}
+
+	err = -ENOMEM;
+	conn = sd_conn_alloc(net, sk);
+	if (!conn)
+		goto out_unbind;
+	ss->peer = *dst;
+	ss->side = 0;
+	rcu_assign_pointer(conn->end[0], sk);
+	/* Before the link may reset it. */
+	sd_set_state(sk, TCP_ESTABLISHED);
+	err = sd_link_request(link, conn, dst, ss->local.port, ss->rdma_half,
+			      reason);
+	if (err) {
+		sd_set_state(sk, TCP_CLOSE);
+		RCU_INIT_POINTER(conn->end[0], NULL);
+		sd_conn_put(conn);
+		goto out_unbind;
+	}
+	sd_link_put(link);
+	/* Lockless readers (mmap) load it with acquire. */
+	smp_store_release(&ss->conn, conn);
+	sd_stat_inc(net, SD_STAT_RDMA_CONNECTS);
+	return 0;
+
+out_unbind:
+	if (autobound)
+		sd_unhash(sk);
+out_link:
+	sd_link_put(link);
 	return err;
 }
 
@@ -1076,7 +1268,21 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		 * fall back on; its monitor asks that host's (sd_remote.c).
 		 */
 		reason = SD_FALLBACK_REMOTE;
-		if (ss->redirected) {
+		if (ss->redirected && ss->rdma_half) {
+			/* Its process offers RDMA (libsd's bridge). */
+			ss->family = family;
+			err = sd_connect_rdma(sk, &dst, &reason);
+			if (!err) {
+				sd_stat_inc(net, SD_STAT_CONNECTS);
+				sock->state = SS_CONNECTED;
+				goto out;
+			}
+			if (err == -ECONNREFUSED)
+				reason = SD_FALLBACK_NONE;
+			else if (err < 0)
+				goto out;
+			err = -ECONNREFUSED;
+		} else if (ss->redirected) {
 			err = sd_remote_ask(net, &dst, nonblock, &reason);
 			if (err)
 				goto out;
@@ -1179,6 +1385,11 @@ void sd_wake_peer(struct sock *sk, bool data)
 	struct sd_sock *ss = sd_sk(sk);
 	struct sock *peer;
 
+	/* The remote end's bridge waits on its eventfd. */
+	if (ss->conn->link) {
+		sd_link_kick(ss->conn->link);
+		return;
+	}
 	rcu_read_lock();
 	peer = rcu_dereference(ss->conn->end[!ss->side]);
 	if (peer) {
@@ -1193,50 +1404,71 @@ void sd_wake_peer(struct sock *sk, bool data)
 }
 
 /*
+ * End @side of @conn leaves: its rings say so, and the other end, @peer
+ * if it is on this host, sees the end of stream or the reset.  Called
+ * under conn->lock and rcu_read_lock(); the caller wakes @peer.
+ */
+static void sd_conn_leave(struct sd_conn *conn, u8 side, struct sock *peer,
+			  bool reset)
+{
+	WRITE_ONCE(conn->gone[side], true);
+	sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_PROD, SD_RING_FIN);
+	sd_ring_set_flags(&conn->ring[!side], SD_RING_HDR_CONS,
+			  SD_RING_CLOSED);
+	if (reset) {
+		WRITE_ONCE(conn->reset, true);
+		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_PROD,
+				  SD_RING_RESET);
+		sd_ring_set_flags(&conn->ring[!side], SD_RING_HDR_CONS,
+				  SD_RING_RESET);
+	}
+	if (!peer)
+		return;
+	if (reset) {
+		WRITE_ONCE(peer->sk_err,
+			   peer->sk_shutdown & RCV_SHUTDOWN ?
+			   EPIPE : ECONNRESET);
+		WRITE_ONCE(peer->sk_shutdown, SHUTDOWN_MASK);
+		sd_set_state(peer, TCP_CLOSE);
+	} else {
+		WRITE_ONCE(peer->sk_shutdown,
+			   peer->sk_shutdown | RCV_SHUTDOWN);
+		if (peer->sk_state == TCP_ESTABLISHED)
+			sd_set_state(peer, TCP_CLOSE_WAIT);
+	}
+}
+
+/*
  * This end leaves the connection (the connection object itself stays with
  * the socket until release, so lockless readers never see it go).  A reset
  * (close with unread data, or SO_LINGER 0) gives the peer ECONNRESET, or
  * EPIPE if it had seen the end of stream already, as TCP's RST does; a
- * plain close gives it end of stream after the data in flight.  Called
- * with @sk locked.
+ * plain close gives it end of stream after the data in flight.  The peer
+ * of an RDMA connection learns it from this host's monitor; there a plain
+ * close whose data its bridge did not carry all the way is a reset.
+ * Called with @sk locked.
  */
 void sd_conn_close(struct sock *sk, bool reset)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn = ss->conn;
 	struct sock *peer;
+	bool clean;
 
 	if (!conn || READ_ONCE(conn->gone[ss->side]))
 		return;
+	if (reset)
+		sd_stat_inc(sock_net(sk), SD_STAT_RESETS);
+	/* Before the FIN below, which the bridge might carry too. */
+	clean = !reset && conn->link && !READ_ONCE(conn->reset) &&
+		sd_ring_drained(sd_tx(ss));
 
 	rcu_read_lock();
 	spin_lock(&conn->lock);
 	peer = rcu_dereference_protected(conn->end[!ss->side],
 					 lockdep_is_held(&conn->lock));
 	RCU_INIT_POINTER(conn->end[ss->side], NULL);
-	WRITE_ONCE(conn->gone[ss->side], true);
-	sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
-	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_CLOSED);
-	if (reset) {
-		sd_stat_inc(sock_net(sk), SD_STAT_RESETS);
-		WRITE_ONCE(conn->reset, true);
-		sd_ring_set_flags(sd_tx(ss), SD_RING_HDR_PROD, SD_RING_RESET);
-		sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_RESET);
-	}
-	if (peer) {
-		if (reset) {
-			WRITE_ONCE(peer->sk_err,
-				   peer->sk_shutdown & RCV_SHUTDOWN ?
-				   EPIPE : ECONNRESET);
-			WRITE_ONCE(peer->sk_shutdown, SHUTDOWN_MASK);
-			sd_set_state(peer, TCP_CLOSE);
-		} else {
-			WRITE_ONCE(peer->sk_shutdown,
-				   peer->sk_shutdown | RCV_SHUTDOWN);
-			if (peer->sk_state == TCP_ESTABLISHED)
-				sd_set_state(peer, TCP_CLOSE_WAIT);
-		}
-	}
+	sd_conn_leave(conn, ss->side, peer, reset);
 	spin_unlock(&conn->lock);
 	if (peer) {
 		sd_wake(peer);
@@ -1244,6 +1476,58 @@ void sd_conn_close(struct sock *sk, bool reset)
 			sk_error_report(peer);
 	}
 	rcu_read_unlock();
+	if (conn->link)
+		sd_link_close(conn->link, clean);
+}
+
+/**
+ * sd_conn_remote_end - the remote end of an RDMA connection left
+ * @conn: the connection
+ * @side: the local end's index in conn->end[]
+ * @reset: it was reset, or the link to it broke
+ *
+ * Called by the link (sd_remote.c) with no lock held.  A clean end comes
+ * only once the peer's data is all in this end's receive ring.
+ */
+void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset)
+{
+	struct sock *sk;
+
+	rcu_read_lock();
+	spin_lock(&conn->lock);
+	if (READ_ONCE(conn->gone[!side])) {
+		spin_unlock(&conn->lock);
+		rcu_read_unlock();
+		return;
+	}
+	sk = rcu_dereference_protected(conn->end[side],
+				       lockdep_is_held(&conn->lock));
+	sd_conn_leave(conn, !side, sk, reset);
+	spin_unlock(&conn->lock);
+	if (sk) {
+		sd_wake(sk);
+		if (reset)
+			sk_error_report(sk);
+	}
+	rcu_read_unlock();
+}
+
+/*
+ * SD_RDMA_OP_FIN: the bridge put the last of the peer's data in the
+ * receive ring (the peer shut down its side).  Called with @sk locked.
+ */
+void sd_conn_remote_fin(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_conn *conn = ss->conn;
+
+	spin_lock(&conn->lock);
+	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
+	WRITE_ONCE(sk->sk_shutdown, sk->sk_shutdown | RCV_SHUTDOWN);
+	if (sk->sk_state == TCP_ESTABLISHED)
+		sd_set_state(sk, TCP_CLOSE_WAIT);
+	spin_unlock(&conn->lock);
+	sd_wake(sk);
 }
 
 /*

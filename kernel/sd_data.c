@@ -552,6 +552,9 @@ static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
 		if (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN ||
 		    READ_ONCE(conn->gone[!ss->side]))
 			return -EPIPE;
+		/* Pages cannot cross to another host: libsd copies. */
+		if (conn->link)
+			return -EOPNOTSUPP;
 		ret = sd_zc_send(sk, sd_tx(ss), &zs);
 		if (ret)
 			return ret;
@@ -573,6 +576,8 @@ static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
 		return -EFAULT;
 	return ret;
 }
+
+static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg);
 
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 {
@@ -604,6 +609,8 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 		sd_wake_peer(sk, dir == SD_TOKEN_TX);
 		return 0;
 	}
+	case SD_IOC_RDMA:
+		return sd_rdma_ioctl(sk, (u32 __user *)arg);
 	case SIOCINQ:
 		lock_sock(sk);
 		if (sk->sk_state == TCP_LISTEN)
@@ -633,6 +640,135 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	return put_user((int)min_t(size_t, bytes, INT_MAX), (int __user *)arg);
 }
 
+/* The link of an RDMA connection, or NULL (conn is stable, see sd_sock). */
+static struct sd_link *sd_rdma_link(struct sock *sk)
+{
+	/* Pairs with the store-release that publishes the connection. */
+	struct sd_conn *conn = smp_load_acquire(&sd_sk(sk)->conn);
+
+	return conn ? conn->link : NULL;
+}
+
+/* SD_IOC_RDMA: the bridge, standing in for the remote end. */
+static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg)
+{
+	struct sd_link *link = sd_rdma_link(sk);
+	u32 op;
+
+	if (get_user(op, arg))
+		return -EFAULT;
+	if (!link)
+		return -ENOTCONN;
+	switch (op) {
+	case SD_RDMA_OP_DATA:
+		sk->sk_data_ready(sk);
+		return 0;
+	case SD_RDMA_OP_ROOM:
+		sk->sk_write_space(sk);
+		return 0;
+	case SD_RDMA_OP_FIN:
+		lock_sock(sk);
+		sd_conn_remote_fin(sk);
+		release_sock(sk);
+		return 0;
+	case SD_RDMA_OP_RESET:
+		sd_link_fail(link);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* setsockopt(SOL_SD, SD_RDMA_*). */
+static int sd_rdma_setsockopt(struct sock *sk, int optname, sockptr_t optval,
+			      unsigned int optlen)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_rdma_half *half;
+	struct sd_link *link;
+	int val, err;
+
+	if (!ss->redirected)
+		return -EOPNOTSUPP;
+	if (optname == SD_RDMA_OFFER || optname == SD_RDMA_EVENTFD) {
+		if (optlen < sizeof(int))
+			return -EINVAL;
+		if (copy_from_sockptr(&val, optval, sizeof(val)))
+			return -EFAULT;
+	}
+	switch (optname) {
+	case SD_RDMA_OFFER:
+		lock_sock(sk);
+		WRITE_ONCE(ss->rdma_offer, !!val);
+		release_sock(sk);
+		return 0;
+	case SD_RDMA_EVENTFD:
+		link = sd_rdma_link(sk);
+		return link ? sd_link_set_eventfd(link, val) : -ENOTCONN;
+	case SD_RDMA_LOCAL:
+		break;
+	default:
+		return -ENOPROTOOPT;
+	}
+
+	if (optlen != sizeof(*half))
+		return -EINVAL;
+	half = kmalloc(sizeof(*half), GFP_KERNEL);
+	if (!half)
+		return -ENOMEM;
+	if (copy_from_sockptr(half, optval, sizeof(*half))) {
+		kfree(half);
+		return -EFAULT;
+	}
+	link = sd_rdma_link(sk);
+	if (link) {
+		/* The accepting side: its monitor sends it. */
+		err = sd_link_set_local(link, half);
+		kfree(half);
+		return err;
+	}
+	lock_sock(sk);
+	if (ss->conn)
+		err = -ENOTCONN;	/* a connection of this host */
+	else if (sk->sk_state == TCP_LISTEN)
+		err = -EINVAL;
+	else if (ss->rdma_half)
+		err = -EALREADY;
+	else
+		err = 0;
+	if (!err)
+		swap(ss->rdma_half, half);
+	release_sock(sk);
+	kfree(half);
+	return err;
+}
+
+/* getsockopt(SOL_SD, SD_RDMA_PEER). */
+static int sd_rdma_get_peer(struct sock *sk, char __user *optval,
+			    int __user *optlen)
+{
+	struct sd_link *link = sd_rdma_link(sk);
+	struct file *file = sk->sk_socket ? sk->sk_socket->file : NULL;
+	bool nonblock = file && (READ_ONCE(file->f_flags) & O_NONBLOCK);
+	struct sd_rdma_half half;
+	int len, err;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < (int)sizeof(half))
+		return -EINVAL;
+	if (!link)
+		return -ENOTCONN;
+	/* Waits as a receive would. */
+	err = sd_link_get_peer(link, &half, sock_rcvtimeo(sk, nonblock));
+	if (err)
+		return err;
+	len = sizeof(half);
+	if (copy_to_user(optval, &half, len) || put_user(len, optlen))
+		return -EFAULT;
+	return 0;
+}
+
 int sd_setsockopt(struct socket *sock, int level, int optname,
 		  sockptr_t optval, unsigned int optlen)
 {
@@ -648,6 +784,9 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 	 * AF_INET/AF_INET6 before any family sees it, so AF_SD offers the
 	 * same switch as SOL_SD/SD_REUSEPORT (libsd maps one to the other).
 	 */
+	if (level == SOL_SD && optname >= SD_RDMA_OFFER &&
+	    optname <= SD_RDMA_EVENTFD && optname != SD_RDMA_PEER)
+		return sd_rdma_setsockopt(sock->sk, optname, optval, optlen);
 	if (level == SOL_SD && optname == SD_REUSEPORT) {
 		if (optlen < sizeof(int))
 			return -EINVAL;
@@ -737,6 +876,8 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 					    optlen);
 	if (level == SOL_SD && optname == SD_MMAP_OFFSETS)
 		return sd_get_mmap_offsets(sk, optval, optlen);
+	if (level == SOL_SD && optname == SD_RDMA_PEER)
+		return sd_rdma_get_peer(sk, optval, optlen);
 	/* TCP_NODELAY is kept here (sd_setsockopt()), the rest by TCP. */
 	if (level != SOL_SD && sd_sk(sk)->redirected &&
 	    !(level == SOL_TCP && optname == TCP_NODELAY))
@@ -745,6 +886,11 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		val = sk->sk_reuseport;
 	else if (level == SOL_SD && optname == SD_REDIRECTED)
 		val = sd_sk(sk)->redirected;
+	else if (level == SOL_SD && optname == SD_RDMA_OFFER)
+		val = READ_ONCE(sd_sk(sk)->rdma_offer);
+	else if (level == SOL_SD && optname == SD_TRANSPORT)
+		val = !READ_ONCE(sd_sk(sk)->conn) ? SD_TRANSPORT_NONE :
+		      sd_rdma_link(sk) ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
 	else if (level == SOL_TCP && optname == TCP_NODELAY)
 		val = READ_ONCE(sd_sk(sk)->nodelay);
 	else

@@ -42,6 +42,7 @@ static void sd_destruct(struct sock *sk)
 
 	mutex_destroy(&ss->send_mutex);
 	mutex_destroy(&ss->recv_mutex);
+	kfree(ss->rdma_half);
 	put_pid(ss->owner);
 	sock_prot_inuse_add(sock_net(sk), sk->sk_prot, -1);
 }

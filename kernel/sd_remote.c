@@ -12,14 +12,23 @@
  * The wire format is in Documentation/rdma.rst; every message is checked
  * in full, and anything unexpected ends that one exchange.
  *
- * The RDMA transport itself is not built yet: this monitor offers no
- * RDMA, so every connection to another host ends as TCP, with the reason.
+ * A socket whose process offers RDMA (libsd's bridge, SD_RDMA_LOCAL)
+ * sends its half of the queue pair with the request; the other monitor
+ * queues a connection at the listener and answers ACCEPTED, and from then
+ * on the TCP connection between the two monitors is that connection's
+ * link (struct sd_link): it carries the accepting side's half, then the
+ * end of the connection (CLOSE), and its loss resets the connection.
+ * The data never goes through the module: the bridges carry it.
  *
  * Locks: sn->rdv_lock (mutex) serialises the listener's start, stop and
  * accept loop.  sn->peers_lock (spinlock) covers the peer cache and the
  * job list.  A job never runs under either; the listener's data_ready
- * callback reads sk_user_data under sk_callback_lock.
+ * callback reads sk_user_data under sk_callback_lock.  A link's send_lock
+ * (mutex) serialises its messages and the release of its socket; its
+ * lock (spinlock) covers the halves, the eventfd and its end; conn->lock
+ * may be taken under neither, and neither under conn->lock.
  */
+#include <linux/eventfd.h>
 #include <linux/inet.h>
 #include <linux/in.h>
 #include <linux/in6.h>
@@ -29,6 +38,7 @@
 #include <linux/workqueue.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
+#include <net/tcp.h>
 
 #include "af_sd.h"
 
@@ -39,12 +49,26 @@
 enum {
 	SD_RDV_REQUEST = 1,
 	SD_RDV_REPLY = 2,
+	SD_RDV_RDMA_REQUEST = 3,	/* a client with its half */
+	SD_RDV_HALF = 4,		/* on a link: the accepting side's */
+	SD_RDV_CLOSE = 5,		/* on a link: the last message */
 };
 
 /* Reply status. */
 enum {
-	SD_RDV_NO_RDMA = 1,	/* this monitor offers no RDMA */
+	SD_RDV_NO_RDMA = 1,	/* no RDMA for this one: TCP */
+	SD_RDV_ACCEPTED,	/* queued at the listener, over RDMA */
+	SD_RDV_NO_LISTENER,	/* no AF_SD listener at that port: TCP */
+	SD_RDV_REFUSED,		/* an accept rule said no */
+	SD_RDV_BUSY,		/* the listener's backlog is full: TCP */
 	__SD_RDV_STATUS_MAX,
+};
+
+/* CLOSE: how the connection ended. */
+enum {
+	SD_RDV_CLOSE_CLEAN = 1,	/* end of stream, after all the data */
+	SD_RDV_CLOSE_RESET,
+	__SD_RDV_CLOSE_MAX,
 };
 
 /* Capability flags, of the sender of the message. */
@@ -70,6 +94,66 @@ struct sd_rdv_reply {
 	u8	reserved[3];	/* zero */
 	__be32	flags;		/* SD_RDV_F_* of the answering side */
 } __packed;
+
+/* The body of a request is read once the header said which it is. */
+struct sd_rdv_rdma_request {
+	struct sd_rdv_hdr hdr;
+	__be32	flags;		/* exactly SD_RDV_F_RDMA */
+	__be16	dport;		/* the port the client connects to */
+	__be16	sport;		/* the client's own port */
+	struct sd_rdma_half half;	/* carried as it is */
+} __packed;
+
+struct sd_rdv_half {
+	struct sd_rdv_hdr hdr;
+	struct sd_rdma_half half;
+} __packed;
+
+struct sd_rdv_close {
+	struct sd_rdv_hdr hdr;
+	u8	how;		/* SD_RDV_CLOSE_* */
+	u8	reserved[3];	/* zero */
+	__be32	reserved2;	/* zero */
+} __packed;
+
+#define SD_RDV_MSG_MAX	sizeof(struct sd_rdv_rdma_request)
+
+/*
+ * The link of an RDMA connection: the TCP connection between the two
+ * monitors, kept for the connection's life.  Owned by the connection
+ * (conn->link); its socket is released when the local end closes.
+ */
+struct sd_link {
+	refcount_t		ref;
+	struct sd_net		*sn;
+	struct mutex		send_lock;	/* messages; sock's release */
+	struct socket		*sock;		/* NULL once released */
+	struct work_struct	rx_work;	/* reads what the peer sends */
+	unsigned long		deadline;	/* of the request (jiffies) */
+	/* TCP's callbacks, while ours are hooked (sk_callback_lock). */
+	void			(*saved_data_ready)(struct sock *sk);
+	void			(*saved_state_change)(struct sock *sk);
+	void			(*saved_error_report)(struct sock *sk);
+	u8			rxbuf[SD_RDV_MSG_MAX];
+	unsigned int		rxlen;		/* rx_work's alone */
+
+	spinlock_t		lock;		/* the fields below */
+	struct sd_conn		*conn;		/* set by sd_link_start() */
+	u8			side;		/* the local end in conn->end[] */
+	bool			started;
+	bool			have_local;	/* ours was sent */
+	bool			have_peer;
+	bool			ended;		/* CLOSE came, or the link broke */
+	struct sd_rdma_half	peer;
+	struct eventfd_ctx	*ev;		/* the bridge's, or NULL */
+	wait_queue_head_t	wait;		/* SD_RDMA_PEER waits here */
+};
+
+/* Keepalive of a link: a peer gone silent is found in about 6 s. */
+#define SD_LINK_KEEPIDLE	3	/* s */
+#define SD_LINK_KEEPINTVL	1	/* s */
+#define SD_LINK_KEEPCNT		3
+#define SD_LINK_USER_TIMEOUT	6000	/* ms, unacknowledged data */
 
 /* What is known about another host. */
 enum {
@@ -286,18 +370,16 @@ static void sd_rdv_job_done(struct sd_rdv_job *job)
 /* ---- asking (the connecting side) ----------------------------------- */
 
 /*
- * Ask the monitor at @addr (port net.sd.rendezvous_port), within
- * net.sd.rendezvous_timeout_ms in all.  Returns the SD_PEER_* verdict, or
- * -errno when nothing should be learnt (a signal, no memory).
+ * Open a TCP connection to the monitor at @addr (port
+ * net.sd.rendezvous_port), by @deadline.  Returns 0 with *res, -EHOSTDOWN
+ * when nothing answers there, or another -errno when nothing should be
+ * learnt (a signal, no memory).
  */
-static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
-			   u16 dport, u32 *flags)
+static int sd_rdv_dial(struct sd_net *sn, const struct in6_addr *addr,
+		       unsigned long deadline, struct socket **res)
 {
 	struct net *net = sd_rdv_net(sn);
-	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
 	int port = READ_ONCE(sn->rdv_port);
-	struct sd_rdv_request req = {};
-	struct sd_rdv_reply rep;
 	struct sockaddr_storage ss = {};
 	struct socket *sock;
 	int family, len, err;
@@ -330,7 +412,8 @@ static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
 	err = kernel_connect(sock, (struct sockaddr *)&ss, len, 0);
 	switch (err) {
 	case 0:
-		break;
+		*res = sock;
+		return 0;
 	case -ECONNREFUSED:
 	case -ECONNRESET:
 	case -ETIMEDOUT:
@@ -338,16 +421,45 @@ static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
 	case -EHOSTUNREACH:
 	case -ENETUNREACH:
 		/* Nothing answers there: a host without AF_SD. */
-		err = SD_PEER_NO_SD;
-		goto out;
+		err = -EHOSTDOWN;
+		break;
 	default:
 		/* A signal, no memory: nothing to learn. */
 		sd_stat_inc(net, SD_STAT_RDV_FAILED);
-		goto out;
+		break;
 	}
+	sock_release(sock);
+	return err;
+}
 
+/* A reply as it must be, whatever its status. */
+static bool sd_rdv_reply_ok(const struct sd_rdv_reply *rep)
+{
+	return sd_rdv_hdr_ok(&rep->hdr, SD_RDV_REPLY, sizeof(*rep)) &&
+	       rep->status && rep->status < __SD_RDV_STATUS_MAX &&
+	       !rep->reserved[0] && !rep->reserved[1] && !rep->reserved[2];
+}
+
+/*
+ * Ask the monitor at @addr what it offers, within
+ * net.sd.rendezvous_timeout_ms in all.  Returns the SD_PEER_* verdict, or
+ * -errno when nothing should be learnt (a signal, no memory).
+ */
+static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
+			   u16 dport, u32 *flags)
+{
+	struct net *net = sd_rdv_net(sn);
+	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
+	struct sd_rdv_request req = {};
+	struct sd_rdv_reply rep;
+	struct socket *sock;
+	int err;
+
+	err = sd_rdv_dial(sn, addr, deadline, &sock);
+	if (err)
+		return err == -EHOSTDOWN ? SD_PEER_NO_SD : err;
 	sd_rdv_hdr_init(&req.hdr, SD_RDV_REQUEST, sizeof(req));
-	req.flags = htonl(0);	/* no RDMA offered from here yet */
+	req.flags = htonl(0);	/* this socket offers no RDMA */
 	req.dport = htons(dport);
 	err = sd_rdv_io(sock, &req, sizeof(req), true, deadline);
 	if (!err)
@@ -356,9 +468,8 @@ static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
 		sd_stat_inc(net, SD_STAT_RDV_FAILED);
 		goto out;
 	}
-	if (err || !sd_rdv_hdr_ok(&rep.hdr, SD_RDV_REPLY, sizeof(rep)) ||
-	    !rep.status || rep.status >= __SD_RDV_STATUS_MAX ||
-	    rep.reserved[0] || rep.reserved[1] || rep.reserved[2]) {
+	/* A plain request gets NO_RDMA, and nothing else. */
+	if (err || !sd_rdv_reply_ok(&rep) || rep.status != SD_RDV_NO_RDMA) {
 		/* Something listens there, but not a monitor we understand. */
 		sd_stat_inc(net, SD_STAT_RDV_FAILED);
 		err = SD_PEER_BROKEN;
@@ -442,7 +553,628 @@ int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
 	return 0;
 }
 
+/* An IPv4 or IPv6 socket address as an address of AF_SD (v4-mapped). */
+static void sd_rdv_sockaddr(const struct sockaddr_storage *ss,
+			    struct in6_addr *a)
+{
+	if (ss->ss_family == AF_INET)
+		ipv6_addr_set_v4mapped(((const struct sockaddr_in *)ss)->sin_addr.s_addr,
+				       a);
+	else
+		*a = ((const struct sockaddr_in6 *)ss)->sin6_addr;
+}
+
+/* ---- links: the monitors' connection for one RDMA connection -------- */
+
+static void sd_link_rx_work(struct work_struct *work);
+
+static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock)
+{
+	struct sd_link *link;
+
+	link = kzalloc(sizeof(*link), GFP_KERNEL);
+	if (!link)
+		return NULL;
+	refcount_set(&link->ref, 1);
+	link->sn = sn;
+	link->sock = sock;
+	mutex_init(&link->send_lock);
+	spin_lock_init(&link->lock);
+	init_waitqueue_head(&link->wait);
+	INIT_WORK(&link->rx_work, sd_link_rx_work);
+	return link;
+}
+
+/* The socket's callbacks: anything that happens on it is rx_work's. */
+static void sd_link_event(struct sock *sk)
+{
+	struct sd_link *link;
+
+	read_lock_bh(&sk->sk_callback_lock);
+	link = sk->sk_user_data;
+	if (link)
+		queue_work(sd_rdv_wq, &link->rx_work);
+	read_unlock_bh(&sk->sk_callback_lock);
+}
+
+/* Signal the bridge's eventfd, if it gave one. */
+void sd_link_kick(struct sd_link *link)
+{
+	spin_lock(&link->lock);
+	if (link->ev)
+		eventfd_signal(link->ev, 1);
+	spin_unlock(&link->lock);
+}
+
+/*
+ * The connection ended on the peer's side (@reset: CLOSE(reset), a broken
+ * link, a message we do not understand): tell the local end, once.
+ */
+static void sd_link_end(struct sd_link *link, bool reset)
+{
+	struct sd_conn *conn;
+	u8 side;
+
+	spin_lock(&link->lock);
+	if (link->ended) {
+		spin_unlock(&link->lock);
+		return;
+	}
+	link->ended = true;
+	conn = link->conn;
+	side = link->side;
+	spin_unlock(&link->lock);
+
+	if (reset)
+		sd_stat_inc(sd_rdv_net(link->sn), SD_STAT_RDMA_RESETS);
+	if (conn)
+		sd_conn_remote_end(conn, side, reset);
+	wake_up_all(&link->wait);
+	sd_link_kick(link);
+}
+
+/* A whole message in rxbuf: act on it.  Returns false if it is bad. */
+static bool sd_link_handle(struct sd_link *link)
+{
+	const struct sd_rdv_hdr *h = (const void *)link->rxbuf;
+
+	if (h->type == SD_RDV_HALF) {
+		const struct sd_rdv_half *m = (const void *)link->rxbuf;
+
+		spin_lock(&link->lock);
+		link->peer = m->half;
+		link->have_peer = true;
+		spin_unlock(&link->lock);
+		wake_up_all(&link->wait);
+		sd_link_kick(link);
+		return true;
+	}
+	if (h->type == SD_RDV_CLOSE) {
+		const struct sd_rdv_close *m = (const void *)link->rxbuf;
+
+		if (!m->how || m->how >= __SD_RDV_CLOSE_MAX ||
+		    m->reserved[0] || m->reserved[1] || m->reserved[2] ||
+		    m->reserved2)
+			return false;
+		sd_link_end(link, m->how == SD_RDV_CLOSE_RESET);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Whether a header may start a message on this link: HALF only towards
+ * the connecting side and only once, CLOSE either way; the length the
+ * type's.
+ */
+static bool sd_link_hdr_ok(struct sd_link *link, const struct sd_rdv_hdr *h)
+{
+	bool first_half;
+
+	switch (h->type) {
+	case SD_RDV_HALF:
+		spin_lock(&link->lock);
+		first_half = link->side == 0 && !link->have_peer;
+		spin_unlock(&link->lock);
+		return first_half &&
+		       sd_rdv_hdr_ok(h, SD_RDV_HALF, sizeof(struct sd_rdv_half));
+	case SD_RDV_CLOSE:
+		return sd_rdv_hdr_ok(h, SD_RDV_CLOSE,
+				     sizeof(struct sd_rdv_close));
+	default:
+		return false;
+	}
+}
+
+/*
+ * Read what the peer's monitor sent, without waiting.  Runs on sd_rdv_wq;
+ * cancelled (after the callbacks are untied) before the socket goes, so
+ * link->sock is there for as long as it runs.
+ */
+static void sd_link_rx_work(struct work_struct *work)
+{
+	struct sd_link *link = container_of(work, struct sd_link, rx_work);
+	const struct sd_rdv_hdr *h = (const void *)link->rxbuf;
+
+	for (;;) {
+		size_t want = link->rxlen < sizeof(*h) ? sizeof(*h) :
+			      ntohs(h->len);
+		struct kvec iov = {
+			.iov_base = link->rxbuf + link->rxlen,
+			.iov_len = want - link->rxlen,
+		};
+		struct msghdr msg = { .msg_flags = MSG_DONTWAIT };
+		int ret;
+
+		if (READ_ONCE(link->ended))
+			return;
+		ret = kernel_recvmsg(link->sock, &msg, &iov, 1, iov.iov_len,
+				     MSG_DONTWAIT);
+		if (ret == -EAGAIN)
+			return;
+		if (ret <= 0) {
+			/* The link broke, or closed without a CLOSE. */
+			sd_link_end(link, true);
+			return;
+		}
+		link->rxlen += ret;
+		if (link->rxlen < want)
+			continue;
+		if (link->rxlen == sizeof(*h)) {
+			/* The length is checked before it sizes a read. */
+			if (!sd_link_hdr_ok(link, h))
+				goto bad;
+			continue;
+		}
+		link->rxlen = 0;
+		if (!sd_link_handle(link))
+			goto bad;
+	}
+bad:
+	net_dbg_ratelimited("af_sd: bad message on a link, connection reset\n");
+	sd_link_end(link, true);
+}
+
+/* Hook the socket's callbacks.  Under send_lock. */
+static void sd_link_tie(struct sd_link *link)
+{
+	struct sock *sk = link->sock->sk;
+
+	sock_set_keepalive(sk);
+	tcp_sock_set_keepidle(sk, SD_LINK_KEEPIDLE);
+	tcp_sock_set_keepintvl(sk, SD_LINK_KEEPINTVL);
+	tcp_sock_set_keepcnt(sk, SD_LINK_KEEPCNT);
+	tcp_sock_set_user_timeout(sk, SD_LINK_USER_TIMEOUT);
+
+	write_lock_bh(&sk->sk_callback_lock);
+	link->saved_data_ready = sk->sk_data_ready;
+	link->saved_state_change = sk->sk_state_change;
+	link->saved_error_report = sk->sk_error_report;
+	sk->sk_user_data = link;
+	sk->sk_data_ready = sd_link_event;
+	sk->sk_state_change = sd_link_event;
+	sk->sk_error_report = sd_link_event;
+	write_unlock_bh(&sk->sk_callback_lock);
+}
+
+/*
+ * Give the socket TCP's callbacks back and wait for rx_work.  Under
+ * send_lock.  rx_work takes neither send_lock nor a socket lock.
+ */
+static void sd_link_untie(struct sd_link *link)
+{
+	struct sock *sk = link->sock->sk;
+
+	if (!link->started)
+		return;
+	write_lock_bh(&sk->sk_callback_lock);
+	sk->sk_user_data = NULL;
+	sk->sk_data_ready = link->saved_data_ready;
+	sk->sk_state_change = link->saved_state_change;
+	sk->sk_error_report = link->saved_error_report;
+	write_unlock_bh(&sk->sk_callback_lock);
+	cancel_work_sync(&link->rx_work);
+}
+
+/**
+ * sd_link_attach - the link now stands for the remote end of @conn
+ * @link: the link
+ * @conn: the connection, not yet published
+ * @side: the index of the local end in conn->end[]
+ * @half: the peer's half when it came with the request (accepting side)
+ *
+ * @conn takes its own reference.  Nothing is read from the link until
+ * sd_link_go().
+ */
+void sd_link_attach(struct sd_link *link, struct sd_conn *conn, u8 side,
+		    const struct sd_rdma_half *half)
+{
+	refcount_inc(&link->ref);
+	conn->link = link;
+	spin_lock(&link->lock);
+	link->conn = conn;
+	link->side = side;
+	/* The connecting side's half went with the request. */
+	link->have_local = side == 0;
+	if (half) {
+		link->peer = *half;
+		link->have_peer = true;
+	}
+	spin_unlock(&link->lock);
+}
+
+/* Undo sd_link_attach() of a connection that was never published. */
+void sd_link_detach(struct sd_link *link, struct sd_conn *conn)
+{
+	spin_lock(&link->lock);
+	link->conn = NULL;
+	spin_unlock(&link->lock);
+	conn->link = NULL;
+	sd_link_put(link);
+}
+
+/* Start reading the link.  The caller holds send_lock. */
+void sd_link_go(struct sd_link *link)
+{
+	sd_link_tie(link);
+	link->started = true;
+	/* What came before the callbacks were there. */
+	queue_work(sd_rdv_wq, &link->rx_work);
+}
+
+static void sd_link_release(struct sd_link *link, u8 how)
+{
+	struct sd_rdv_close msg = {};
+	struct kvec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
+	struct msghdr mh = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
+
+	mutex_lock(&link->send_lock);
+	if (!link->sock)
+		goto out;
+	sd_link_untie(link);
+	if (how == SD_RDV_CLOSE_RESET) {
+		/*
+		 * A reset is TCP's: whatever is queued (a CLOSE that an outage
+		 * held back) goes, and once this socket is gone the peer's
+		 * next keepalive probe is answered with a reset too.
+		 */
+		sock_no_linger(link->sock->sk);
+	} else if (how && !READ_ONCE(link->ended)) {
+		/* 16 bytes on an idle socket; if they do not fit, a reset. */
+		sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
+		msg.how = how;
+		kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
+	}
+	sock_release(link->sock);
+	link->sock = NULL;
+out:
+	mutex_unlock(&link->send_lock);
+	spin_lock(&link->lock);
+	link->ended = true;
+	link->conn = NULL;
+	spin_unlock(&link->lock);
+	wake_up_all(&link->wait);
+}
+
+void sd_link_put(struct sd_link *link)
+{
+	if (!refcount_dec_and_test(&link->ref))
+		return;
+	sd_link_release(link, 0);
+	if (link->ev)
+		eventfd_ctx_put(link->ev);
+	mutex_destroy(&link->send_lock);
+	kfree(link);
+}
+
+/**
+ * sd_link_close - the local end of the connection is closing
+ * @link: the connection's link
+ * @clean: everything this end sent reached the peer's ring
+ *
+ * Tells the peer's monitor (CLOSE), then closes the link.  Called with the
+ * local end's socket locked.
+ */
+void sd_link_close(struct sd_link *link, bool clean)
+{
+	sd_link_release(link, clean ? SD_RDV_CLOSE_CLEAN : SD_RDV_CLOSE_RESET);
+}
+
+/* The bridge gave up (SD_RDMA_OP_RESET): reset both ends. */
+void sd_link_fail(struct sd_link *link)
+{
+	struct sd_rdv_close msg = {};
+	struct kvec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
+	struct msghdr mh = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
+
+	mutex_lock(&link->send_lock);
+	if (link->sock && !READ_ONCE(link->ended)) {
+		sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
+		msg.how = SD_RDV_CLOSE_RESET;
+		kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
+	}
+	mutex_unlock(&link->send_lock);
+	sd_link_end(link, true);
+}
+
+/* SD_RDMA_LOCAL on an accepted connection: send our half, once. */
+int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half)
+{
+	struct sd_rdv_half msg = {};
+	int err;
+
+	mutex_lock(&link->send_lock);
+	spin_lock(&link->lock);
+	if (link->have_local)
+		err = -EALREADY;
+	else if (link->ended || !link->sock)
+		err = -ECONNRESET;
+	else
+		err = 0;
+	spin_unlock(&link->lock);
+	if (err)
+		goto out;
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_HALF, sizeof(msg));
+	msg.half = *half;
+	err = sd_rdv_io(link->sock, &msg, sizeof(msg), true,
+			jiffies + sd_rdv_timeo(link->sn));
+	if (err) {
+		mutex_unlock(&link->send_lock);
+		sd_link_end(link, true);
+		return err == -ERESTARTSYS ? err : -ECONNRESET;
+	}
+	spin_lock(&link->lock);
+	link->have_local = true;
+	spin_unlock(&link->lock);
+out:
+	mutex_unlock(&link->send_lock);
+	return err;
+}
+
+/* SD_RDMA_PEER: the peer's half, waiting up to @timeo for it. */
+int sd_link_get_peer(struct sd_link *link, struct sd_rdma_half *half,
+		     long timeo)
+{
+	long left = timeo;
+	int err;
+
+	if (timeo)
+		left = wait_event_interruptible_timeout(link->wait,
+							READ_ONCE(link->have_peer) ||
+							READ_ONCE(link->ended),
+							timeo);
+	spin_lock(&link->lock);
+	if (link->have_peer) {
+		*half = link->peer;
+		err = 0;
+	} else if (link->ended) {
+		err = -ECONNRESET;
+	} else {
+		err = left < 0 ? (int)left : -EAGAIN;
+	}
+	spin_unlock(&link->lock);
+	return err;
+}
+
+/* SD_RDMA_EVENTFD: the bridge's eventfd, -1 for none. */
+int sd_link_set_eventfd(struct sd_link *link, int fd)
+{
+	struct eventfd_ctx *ev = NULL, *old;
+
+	if (fd >= 0) {
+		ev = eventfd_ctx_fdget(fd);
+		if (IS_ERR(ev))
+			return PTR_ERR(ev);
+	} else if (fd != -1) {
+		return -EBADF;
+	}
+	spin_lock(&link->lock);
+	old = link->ev;
+	link->ev = ev;
+	spin_unlock(&link->lock);
+	if (old)
+		eventfd_ctx_put(old);
+	return 0;
+}
+
+/**
+ * sd_link_dial - connect to the monitor of another host, for RDMA
+ * @net: the connecting socket's netns
+ * @dst: where the socket connects to
+ * @local: this host's address on the way there
+ * @reason: the fallback reason when there is no link
+ *
+ * Returns a link to the monitor at @dst's host, NULL when the connection
+ * is to be TCP (*@reason), or an ERR_PTR.  Called with the connecting
+ * socket locked; waits up to net.sd.rendezvous_timeout_ms.
+ */
+struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
+			     struct in6_addr *local, u8 *reason)
+{
+	struct sd_net *sn = sd_net(net);
+	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
+	struct sockaddr_storage ss = {};
+	struct sd_link *link;
+	struct socket *sock;
+	u32 flags = 0;
+	int verdict, err;
+
+	if (!READ_ONCE(sn->rdv_port)) {
+		*reason = SD_FALLBACK_REMOTE;
+		return NULL;
+	}
+	verdict = sd_peer_lookup(sn, &dst->addr, &flags);
+	if (verdict >= 0 && verdict != SD_PEER_SD) {
+		sd_stat_inc(net, SD_STAT_RDV_CACHED);
+		*reason = sd_peer_reason(verdict, flags);
+		return NULL;
+	}
+	err = sd_rdv_dial(sn, &dst->addr, deadline, &sock);
+	if (err == -EHOSTDOWN) {
+		sd_peer_learn(sn, &dst->addr, SD_PEER_NO_SD, 0);
+		*reason = SD_FALLBACK_PEER_NO_SD;
+		return NULL;
+	}
+	if (err) {
+		*reason = SD_FALLBACK_HANDSHAKE;
+		return NULL;
+	}
+	err = kernel_getsockname(sock, (struct sockaddr *)&ss);
+	if (err < 0) {
+		sock_release(sock);
+		return ERR_PTR(err);
+	}
+	sd_rdv_sockaddr(&ss, local);
+	link = sd_link_alloc(sn, sock);
+	if (!link) {
+		sock_release(sock);
+		return ERR_PTR(-ENOMEM);
+	}
+	link->deadline = deadline;
+	return link;
+}
+
+/**
+ * sd_link_request - ask for an RDMA connection over a dialled link
+ * @link: from sd_link_dial()
+ * @conn: the connection, when it is accepted
+ * @dst: where the socket connects to
+ * @sport: its own port
+ * @half: its half of the queue pair
+ * @reason: the fallback reason when the answer is TCP
+ *
+ * Returns 0 when the other monitor queued the connection at its listener
+ * (@conn then holds the link, which carries the rest), 1 for TCP with
+ * *@reason, or -ECONNREFUSED when an accept rule there refused it.
+ */
+int sd_link_request(struct sd_link *link, struct sd_conn *conn,
+		    const struct sd_addr *dst, __be16 sport,
+		    const struct sd_rdma_half *half, u8 *reason)
+{
+	struct sd_net *sn = link->sn;
+	struct net *net = sd_rdv_net(sn);
+	struct sd_rdv_rdma_request req = {};
+	struct sd_rdv_reply rep;
+	int err;
+
+	sd_rdv_hdr_init(&req.hdr, SD_RDV_RDMA_REQUEST, sizeof(req));
+	req.flags = htonl(SD_RDV_F_RDMA);
+	req.dport = dst->port;
+	req.sport = sport;
+	req.half = *half;
+	err = sd_rdv_io(link->sock, &req, sizeof(req), true, link->deadline);
+	if (!err)
+		err = sd_rdv_io(link->sock, &rep, sizeof(rep), false,
+				link->deadline);
+	if (err == -ERESTARTSYS || err == -EINTR) {
+		/* Nothing learnt; the TCP connect sees the signal. */
+		sd_stat_inc(net, SD_STAT_RDV_FAILED);
+		*reason = SD_FALLBACK_HANDSHAKE;
+		return 1;
+	}
+	if (err || !sd_rdv_reply_ok(&rep)) {
+		sd_stat_inc(net, SD_STAT_RDV_FAILED);
+		sd_peer_learn(sn, &dst->addr, SD_PEER_BROKEN, 0);
+		*reason = SD_FALLBACK_HANDSHAKE;
+		return 1;
+	}
+	sd_peer_learn(sn, &dst->addr, SD_PEER_SD, ntohl(rep.flags));
+	switch (rep.status) {
+	case SD_RDV_ACCEPTED:
+		sd_link_attach(link, conn, 0, NULL);
+		mutex_lock(&link->send_lock);
+		sd_link_go(link);
+		mutex_unlock(&link->send_lock);
+		return 0;
+	case SD_RDV_REFUSED:
+		return -ECONNREFUSED;
+	case SD_RDV_NO_LISTENER:
+		*reason = SD_FALLBACK_NO_LISTENER;
+		return 1;
+	case SD_RDV_BUSY:
+		*reason = SD_FALLBACK_BUSY;
+		return 1;
+	default:
+		*reason = SD_FALLBACK_NO_RDMA;
+		return 1;
+	}
+}
+
 /* ---- answering (the listening side) --------------------------------- */
+
+/* The status an RDMA request gets for what sd_conn_remote_child() said. */
+static u8 sd_rdv_status(int err)
+{
+	switch (err) {
+	case 0:
+		return SD_RDV_ACCEPTED;
+	case -ENOENT:
+		return SD_RDV_NO_LISTENER;
+	case -ECONNREFUSED:
+		return SD_RDV_REFUSED;
+	case -EAGAIN:
+		return SD_RDV_BUSY;
+	default:
+		/* No offer at the listener, no memory: TCP. */
+		return SD_RDV_NO_RDMA;
+	}
+}
+
+/*
+ * A client with its half asks for an RDMA connection: queue it at the
+ * listener, and keep the TCP connection as its link.
+ */
+static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
+			       const struct sd_rdv_rdma_request *req,
+			       unsigned long deadline)
+{
+	struct sd_net *sn = job->sn;
+	struct net *net = sd_rdv_net(sn);
+	struct sockaddr_storage ss = {};
+	struct sd_rdv_reply rep = {};
+	struct sd_addr srv, cli;
+	struct sd_link *link;
+	int err;
+
+	if (ntohl(req->flags) != SD_RDV_F_RDMA)
+		goto failed;
+	/* The address the client dialled, and the client's. */
+	if (kernel_getsockname(job->sock, (struct sockaddr *)&ss) < 0)
+		goto failed;
+	sd_rdv_sockaddr(&ss, &srv.addr);
+	if (kernel_getpeername(job->sock, (struct sockaddr *)&ss) < 0)
+		goto failed;
+	sd_rdv_sockaddr(&ss, &cli.addr);
+	srv.port = req->dport;
+	cli.port = req->sport;
+
+	link = sd_link_alloc(sn, job->sock);
+	if (!link)
+		goto failed;
+	job->sock = NULL;	/* the link's now */
+
+	/*
+	 * Under send_lock until the reply is out: the accepting side may
+	 * set its half the moment the connection is queued, and that must
+	 * follow the reply on the wire.
+	 */
+	mutex_lock(&link->send_lock);
+	err = sd_conn_remote_child(net, &srv, &cli, link, &req->half);
+	sd_rdv_hdr_init(&rep.hdr, SD_RDV_REPLY, sizeof(rep));
+	rep.status = sd_rdv_status(err);
+	rep.flags = htonl(SD_RDV_F_RDMA);
+	err = sd_rdv_io(link->sock, &rep, sizeof(rep), true, deadline);
+	mutex_unlock(&link->send_lock);
+	if (err && rep.status == SD_RDV_ACCEPTED)
+		/* Queued, but the client never heard: it is reset. */
+		sd_link_end(link, true);
+	sd_stat_inc(net, err ? SD_STAT_RDV_FAILED : SD_STAT_RDV_ANSWERED);
+	sd_link_put(link);
+	return;
+
+failed:
+	sd_stat_inc(net, SD_STAT_RDV_FAILED);
+}
 
 static void sd_rdv_answer_work(struct work_struct *work)
 {
@@ -450,27 +1182,53 @@ static void sd_rdv_answer_work(struct work_struct *work)
 	struct sd_net *sn = job->sn;
 	struct net *net = sd_rdv_net(sn);
 	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
-	struct sd_rdv_request req;
+	union {
+		struct sd_rdv_hdr hdr;
+		struct sd_rdv_request req;
+		struct sd_rdv_rdma_request rdma;
+	} *m;
 	struct sd_rdv_reply rep = {};
+	size_t len;
 	int err;
 
-	err = sd_rdv_io(job->sock, &req, sizeof(req), false, deadline);
-	if (err || !sd_rdv_hdr_ok(&req.hdr, SD_RDV_REQUEST, sizeof(req)) ||
-	    req.reserved || ntohl(req.flags) & ~SD_RDV_F_RDMA) {
-		/* Not one of us, or broken: no answer. */
-		sd_stat_inc(net, SD_STAT_RDV_FAILED);
+	m = kmalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		goto out;
+	/* The header says which request it is; its length must match. */
+	err = sd_rdv_io(job->sock, &m->hdr, sizeof(m->hdr), false, deadline);
+	if (err)
+		goto failed;
+	if (m->hdr.type == SD_RDV_REQUEST)
+		len = sizeof(m->req);
+	else if (m->hdr.type == SD_RDV_RDMA_REQUEST)
+		len = sizeof(m->rdma);
+	else
+		goto failed;
+	if (!sd_rdv_hdr_ok(&m->hdr, m->hdr.type, len))
+		goto failed;
+	err = sd_rdv_io(job->sock, (u8 *)m + sizeof(m->hdr),
+			len - sizeof(m->hdr), false, deadline);
+	if (err)
+		goto failed;
+	if (m->hdr.type == SD_RDV_RDMA_REQUEST) {
+		sd_rdv_answer_rdma(job, &m->rdma, deadline);
 		goto out;
 	}
-	/*
-	 * Without an RDMA transport on this host the connection is TCP
-	 * whatever the listener; the port is looked at once there is one.
-	 */
+	if (m->req.reserved || ntohl(m->req.flags) & ~SD_RDV_F_RDMA)
+		goto failed;
+	/* A client that offers no RDMA gets TCP, whatever the listener. */
 	sd_rdv_hdr_init(&rep.hdr, SD_RDV_REPLY, sizeof(rep));
 	rep.status = SD_RDV_NO_RDMA;
-	rep.flags = htonl(0);
+	rep.flags = htonl(SD_RDV_F_RDMA);
 	err = sd_rdv_io(job->sock, &rep, sizeof(rep), true, deadline);
 	sd_stat_inc(net, err ? SD_STAT_RDV_FAILED : SD_STAT_RDV_ANSWERED);
+	goto out;
+
+failed:
+	/* Not one of us, or broken: no answer. */
+	sd_stat_inc(net, SD_STAT_RDV_FAILED);
 out:
+	kfree(m);
 	sd_rdv_job_done(job);
 }
 

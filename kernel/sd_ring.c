@@ -614,6 +614,20 @@ bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner)
 	       sd_owner_alive(owner);
 }
 
+/*
+ * Whether the consumer took all that was produced: its credit against the
+ * kernel's tail, or a user producer's published position.  Both may be
+ * written by user space; a wrong answer only makes a close a reset.
+ * Under the producing end's socket lock.
+ */
+bool sd_ring_drained(struct sd_ring *ring)
+{
+	struct sd_ring_hdr *h = sd_ring_hdr(ring);
+	u64 tail = ring->prod_owner ? READ_ONCE(h->prod_pos) : ring->tail;
+
+	return READ_ONCE(h->consumer) == tail;
+}
+
 int sd_ring_reclaim(struct sd_ring *ring, bool prod)
 {
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);

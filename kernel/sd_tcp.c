@@ -420,6 +420,8 @@ static enum sd_stat sd_fallback_stat(u8 reason)
 		     SD_FALLBACK_REMOTE - SD_FALLBACK_NO_LISTENER);
 	if (reason == SD_FALLBACK_PEER_UNKNOWN)
 		return SD_STAT_FALLBACK_PEER_UNKNOWN;
+	if (reason == SD_FALLBACK_BUSY)
+		return SD_STAT_FALLBACK_BUSY;
 	if (WARN_ON_ONCE(reason < SD_FALLBACK_NO_LISTENER ||
 			 reason > SD_FALLBACK_REMOTE))
 		return SD_STAT_UNSPEC;

@@ -232,7 +232,8 @@ def hdr(version=VERSION, typ=REPLY, length=REP_LEN, magic=MAGIC):
     return struct.pack("!IBBH", magic, version, typ, length)
 
 
-GOOD_REPLY = hdr() + struct.pack("!B3xI", NO_RDMA, 0)
+# The monitor speaks the RDMA requests (test_rdma_setup.py): flag bit 0.
+GOOD_REPLY = hdr() + struct.pack("!B3xI", NO_RDMA, 1)
 
 HOSTILE_REPLIES = {
     "garbage": os.urandom(16),

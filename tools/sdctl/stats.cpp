@@ -45,6 +45,10 @@ constexpr const char *names[] = {
 	"rdv_answered",
 	"rdv_failed",
 	"rdv_cached",
+	"fallback_busy",
+	"rdma_connects",
+	"rdma_queued",
+	"rdma_resets",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

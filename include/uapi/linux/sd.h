@@ -71,6 +71,70 @@
 #define SD_REDIRECTED	3
 
 /*
+ * RDMA connections between hosts (Documentation/rdma.rst).  These are the
+ * module's side of libsd's RDMA bridge; programs have no use for them.
+ * All but SD_RDMA_OFFER fail with ENOTCONN on a socket that is not an RDMA
+ * connection (getsockopt(SOL_SD, SD_TRANSPORT) tells which it is).
+ *
+ * SD_RDMA_OFFER (int, set and get; redirected sockets only, before
+ *	connect or listen): this socket's process can carry a connection
+ *	over RDMA.  Accepted sockets inherit it from their listener.  A
+ *	remote client is queued at a listener over RDMA only if the listener
+ *	offers it; otherwise the client falls back to TCP (SD_FALLBACK_NO_RDMA).
+ * SD_RDMA_LOCAL (struct sd_rdma_half, set): this end's half.  A client
+ *	sets it before connect (with SD_RDMA_OFFER; the monitor sends it with
+ *	the request, and without it the connection is TCP); the accepting
+ *	side sets it once on the accepted socket, and its monitor sends it to
+ *	the client's.  EALREADY the second time.
+ * SD_RDMA_PEER (struct sd_rdma_half, get): the peer's half, once it came.
+ *	Blocks until then, as a receive would (EAGAIN when non-blocking or
+ *	past SO_RCVTIMEO, EINTR on a signal); ECONNRESET if the connection
+ *	ended first.
+ * SD_RDMA_EVENTFD (int, set): an eventfd the module signals whenever the
+ *	bridge has work on this connection: this end produced data or took
+ *	some (sd_wake_peer's moments, when the bridge set READER_WAIT or
+ *	NEED_CREDIT), the peer's half came, the connection ended.  -1 unsets.
+ * SD_TRANSPORT (int, get): the connection's enum sd_transport.
+ *
+ * The module carries a half as it is and reads nothing in it: the side
+ * that receives one checks every field before using it.
+ */
+#define SD_RDMA_OFFER	4
+#define SD_RDMA_LOCAL	5
+#define SD_RDMA_PEER	6
+#define SD_RDMA_EVENTFD	7
+#define SD_TRANSPORT	8
+
+struct sd_rdma_half {
+	__u8  gid[16];		/* the RDMA port's GID */
+	__u32 qpn;		/* queue pair number (24 bits) */
+	__u32 psn;		/* first packet sequence number (24 bits) */
+	__u64 ring_addr;	/* where the peer writes its records */
+	__u32 ring_rkey;
+	__u32 ring_size;	/* bytes there, a power of two */
+	__u64 credit_addr;	/* where the peer writes what it consumed */
+	__u32 credit_rkey;
+	__u32 mtu;		/* enum ibv_mtu */
+	__u32 flags;		/* 0 */
+	__u32 reserved[5];	/* 0 */
+};
+
+/*
+ * ioctl(fd, SD_IOC_RDMA, &op), from the bridge of an RDMA connection, which
+ * stands in for the remote end: SD_RDMA_OP_DATA after it published records
+ * in this end's receive ring while SD_RING_READER_WAIT was set,
+ * SD_RDMA_OP_ROOM after it published credit in the send ring while
+ * SD_RING_NEED_CREDIT was set, SD_RDMA_OP_FIN after it set SD_RING_FIN on
+ * the receive ring (the peer shut down its side; all its data is in the
+ * ring), SD_RDMA_OP_RESET when the transport failed (ECONNRESET for this
+ * end, and the peer's monitor is told).
+ */
+#define SD_RDMA_OP_DATA		1
+#define SD_RDMA_OP_ROOM		2
+#define SD_RDMA_OP_FIN		3
+#define SD_RDMA_OP_RESET	4
+
+/*
  * Rings.
  *
  * A connected AF_SD socket has two rings: TX, which this end produces and
@@ -202,6 +266,7 @@ struct sd_token {
 #define SD_IOC_ACQUIRE		_IOWR('S', 0xD1, struct sd_token)
 #define SD_IOC_RELEASE		_IOW('S', 0xD2, __u32)
 #define SD_IOC_WAKE		_IOW('S', 0xD3, __u32)
+#define SD_IOC_RDMA		_IOW('S', 0xD6, __u32)
 
 /*
  * A record header, stored as one naturally aligned 64-bit word (len in the
@@ -460,6 +525,9 @@ enum sd_fallback {
 	SD_FALLBACK_PEER_UNKNOWN,	/* a non-blocking connect to a host
 					 * whose monitor was not asked yet
 					 */
+	SD_FALLBACK_BUSY,		/* the remote listener's backlog
+					 * was full
+					 */
 	__SD_FALLBACK_MAX,
 };
 
@@ -514,6 +582,12 @@ enum sd_stat {
 	SD_STAT_RDV_ANSWERED,	/* requests of other monitors answered */
 	SD_STAT_RDV_FAILED,	/* rendezvous that failed, either side */
 	SD_STAT_RDV_CACHED,	/* connects decided by the peer cache */
+	SD_STAT_FALLBACK_BUSY,	/* SD_FALLBACK_BUSY */
+	SD_STAT_RDMA_CONNECTS,	/* connections made over RDMA */
+	SD_STAT_RDMA_QUEUED,	/* remote clients queued at a listener */
+	SD_STAT_RDMA_RESETS,	/* RDMA connections reset by the link or
+				 * the bridge
+				 */
 	__SD_STAT_MAX,
 };
 

@@ -1,0 +1,1483 @@
+"""RDMA connections between hosts: the control plane (Documentation/rdma.rst).
+
+Two network namespaces joined by a veth pair stand for two hosts, "a" (the
+client's) and "b" (the server's), each with its own monitor, as in
+test_rendezvous.py.  No bridge runs here, so nothing carries data between
+the hosts: what is tested is what the monitors do.  A client that offers
+RDMA and gives its half is queued at a remote listener that offers RDMA;
+the halves cross over the monitors' TCP connection (the link); the
+fallbacks (no_rdma, no_listener, peer_no_sd, busy, policy) and refusals;
+the ends of a connection signalled through the link (end of stream, reset,
+data left behind, a dropped link); the bridge's ioctl and eventfd; namespaces
+deleted with connections in place; and hostile monitors and hostile clients
+of a monitor, speaking the wire format directly.
+
+Every socket lives in a Python process of its namespace (an agent, driven
+over a pipe, that runs each request in a thread of its own), so that a call
+can block on one host while the test acts on the other, and a process can
+be killed.  Every wait is bounded."""
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from conftest import SDCTL, wait_for
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ECHO = os.path.join(HERE, "echo_server.py")
+A, B = "sdrdma-a", "sdrdma-b"
+ADDR_A, ADDR_B = "10.79.0.1", "10.79.0.2"
+VETH_A, VETH_B = "sdrdma0", "sdrdma1"
+RDV_PORT = 7470
+PORT = 9191
+
+# include/uapi/linux/sd.h
+AF_SD, AF_INET = 18, 2
+TRANSPORT_NONE, TRANSPORT_SHM, TRANSPORT_RDMA = 0, 1, 2
+OP_DATA, OP_ROOM, OP_FIN, OP_RESET = 1, 2, 3, 4
+HALF_LEN = 80
+
+# The rendezvous wire format (network byte order).
+MAGIC, VERSION = 0x53445256, 1
+T_REQUEST, T_REPLY, T_RDMA_REQUEST, T_HALF, T_CLOSE = 1, 2, 3, 4, 5
+ST_NO_RDMA, ST_ACCEPTED, ST_NO_LISTENER, ST_REFUSED, ST_BUSY = 1, 2, 3, 4, 5
+CLOSE_CLEAN, CLOSE_RESET = 1, 2
+
+
+def hdr(typ, length, magic=MAGIC, version=VERSION):
+    return struct.pack("!IBBH", magic, version, typ, length)
+
+
+def reply(status, flags=1, reserved=b"\0\0\0"):
+    return hdr(T_REPLY, 16) + struct.pack("!B", status) + reserved + \
+        struct.pack("!I", flags)
+
+
+def rdma_request(dport, sport, half, flags=1, **kw):
+    return hdr(T_RDMA_REQUEST, 96, **kw) + \
+        struct.pack("!IHH", flags, dport, sport) + half
+
+
+def half_msg(half):
+    return hdr(T_HALF, 88) + half
+
+
+def close_msg(how, reserved=b"\0\0\0", reserved2=0):
+    return hdr(T_CLOSE, 16) + struct.pack("!B", how) + reserved + \
+        struct.pack("!I", reserved2)
+
+
+def new_half():
+    return os.urandom(HALF_LEN)
+
+
+# ---- the two hosts ----------------------------------------------------------
+
+def ns(name, *cmd, check=True, timeout=60, **kw):
+    out = subprocess.run(["ip", "netns", "exec", name, *cmd],
+                         capture_output=True, text=True, timeout=timeout, **kw)
+    if check and out.returncode:
+        raise AssertionError(f"in {name}: {cmd} exited {out.returncode}: "
+                             f"{out.stderr.strip()}")
+    return out
+
+
+def setting(name, key=None, value=None, **more):
+    """Write net.sd.KEY (and more KEY=VALUE) in a namespace, in order."""
+    kv = ([(key, value)] if key else []) + list(more.items())
+    script = " && ".join(f"echo {v} > /proc/sys/net/sd/{k}" for k, v in kv)
+    out = ns(name, "sh", "-c", script, check=False)
+    assert out.returncode == 0, f"{kv} in {name}: {out.stderr}"
+
+
+def sdjson(name, *args):
+    return json.loads(ns(name, SDCTL, "--json", *args).stdout)
+
+
+class Counters:
+    """sdctl's counters of one namespace since construction: call it for
+    the ones that changed."""
+
+    def __init__(self, name):
+        self.name = name
+        self.before = sdjson(name, "stats")
+
+    def __call__(self):
+        now = sdjson(self.name, "stats")
+        return {k: v - self.before.get(k, 0) for k, v in now.items()
+                if v != self.before.get(k, 0)}
+
+
+def fallbacks(got):
+    return {k: v for k, v in got.items() if k.startswith("fallback_")}
+
+
+def sockets_to(name, addr, port):
+    """The sockets of a namespace whose peer is addr:port."""
+    return [s for s in sdjson(name, "sockets")
+            if s.get("peer") == f"{addr}:{port}"]
+
+
+def one(entries):
+    assert len(entries) == 1, f"expected one socket, found {entries}"
+    return entries[0]
+
+
+def queued(port):
+    """Connections queued at B's listener on port (sdctl listeners)."""
+    for lst in sdjson(B, "listeners"):
+        if lst.get("local") == f"{ADDR_B}:{port}":
+            return lst["queued"]
+    raise AssertionError(f"no listener on {ADDR_B}:{port} in {B}")
+
+
+def af_sd_sockets(name):
+    """The sockets column of /proc/net/protocols for AF_SD, in a netns."""
+    for line in ns(name, "cat", "/proc/net/protocols").stdout.splitlines():
+        f = line.split()
+        if f and f[0] == "AF_SD":
+            return int(f[2])
+    raise AssertionError(f"AF_SD is not in {name}'s /proc/net/protocols")
+
+
+def module_refcnt():
+    return int(pathlib.Path("/sys/module/af_sd/refcnt").read_text())
+
+
+def netns_exists(name):
+    return os.path.exists(f"/run/netns/{name}")
+
+
+# ---- agents: a process in a namespace that runs the test's code -------------
+
+AGENT = r'''
+import ctypes, errno, fcntl, json, os, select, socket, struct, sys, threading
+import time, traceback
+sys.path.insert(0, sys.argv[1])
+from sdsock import Family, libc, peername, sockname
+
+AF_SD, SOL_SD, SD_PROTO_INET = 18, 0x5344, 0x10002
+SD_RDMA_OFFER, SD_RDMA_LOCAL, SD_RDMA_PEER = 4, 5, 6
+SD_RDMA_EVENTFD, SD_TRANSPORT = 7, 8
+SD_IOC_RDMA = 0x400453D6        # _IOW('S', 0xD6, __u32)
+S = {}
+_out = threading.Lock()
+
+
+def fail(code):
+    raise OSError(code, os.strerror(code))
+
+
+def check(rc):
+    if rc != "OK":
+        fail(getattr(errno, rc))
+
+
+def ename(e):
+    return errno.errorcode.get(e.errno, str(e.errno)) if e.errno \
+        else type(e).__name__
+
+
+def E(fn, *args):
+    """'OK', or the errno name fn(*args) failed with."""
+    try:
+        fn(*args)
+    except OSError as e:
+        return ename(e)
+    return "OK"
+
+
+def rsock(offer=False, half=None):
+    s = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    if offer:
+        s.setsockopt(SOL_SD, SD_RDMA_OFFER, 1)
+    if half is not None:
+        s.setsockopt(SOL_SD, SD_RDMA_LOCAL, half)
+    return s
+
+
+def listen(name, addr, port, backlog=8, offer=True):
+    s = rsock(offer)
+    check(Family.bind(s, addr, port))
+    s.listen(backlog)
+    S[name] = s
+
+
+def connect(name, addr, port):
+    check(Family.connect(S[name], addr, port))
+    return sockname(S[name])[1]
+
+
+def dial(name, addr, port, offer=True, half=None):
+    """A redirected client, connected; its local port."""
+    S[name] = rsock(offer, half)
+    return connect(name, addr, port)
+
+
+def pending(lst="lst"):
+    return bool(select.select([S[lst]], [], [], 0)[0])
+
+
+def accept(name, lst="lst", timeout=10):
+    if not select.select([S[lst]], [], [], timeout)[0]:
+        raise AssertionError("nothing to accept within %s s" % timeout)
+    S[name] = Family.accept(S[lst])
+
+
+def timeo(name, seconds):
+    S[name].setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO,
+                       struct.pack("ll", int(seconds),
+                                   int(seconds % 1 * 1e6)))
+
+
+def recv(name, n=65536, timeout=10):
+    timeo(name, timeout)
+    return S[name].recv(n)
+
+
+def transport(name):
+    return S[name].getsockopt(SOL_SD, SD_TRANSPORT)
+
+
+def kind(name):
+    """The transport, or 'tcp' when the descriptor is a TCP socket."""
+    if S[name].getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN) != AF_SD:
+        return "tcp"
+    return transport(name)
+
+
+def peer_half(name, timeout=None, nonblock=False):
+    """getsockopt(SD_RDMA_PEER) through libc: Python's own holds the GIL,
+    and this one may sleep."""
+    s = S[name]
+    if timeout is not None:
+        timeo(name, timeout)
+    if nonblock:
+        s.setblocking(False)
+    try:
+        buf = ctypes.create_string_buffer(128)
+        n = ctypes.c_uint32(80)
+        if libc.getsockopt(s.fileno(), SOL_SD, SD_RDMA_PEER, buf,
+                           ctypes.byref(n)):
+            fail(ctypes.get_errno())
+        return buf.raw[:n.value]
+    finally:
+        if nonblock:
+            s.setblocking(True)
+
+
+def set_half(name, half):
+    S[name].setsockopt(SOL_SD, SD_RDMA_LOCAL, half)
+
+
+def rdma_ioctl(name, op):
+    fcntl.ioctl(S[name].fileno(), SD_IOC_RDMA, struct.pack("I", op))
+
+
+def linger0(name):
+    S[name].setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                       struct.pack("ii", 1, 0))
+
+
+def close(name):
+    S.pop(name).close()
+
+
+def echo_serve(name):
+    """Echo until the end of the stream (run it as a job of its own)."""
+    s = S[name]
+    timeo(name, 60)
+    while True:
+        d = s.recv(65536)
+        if not d:
+            return
+        s.sendall(d)
+
+
+def echo(name, n=32768, timeout=20):
+    """Send n random bytes, read them back: were they the same?"""
+    s = S[name]
+    timeo(name, timeout)
+    data = os.urandom(n)
+    s.sendall(data)
+    got = b""
+    while len(got) < n:
+        d = s.recv(65536)
+        if not d:
+            break
+        got += d
+    return got == data
+
+
+def efd_wait(fd, timeout):
+    """The eventfd's count once it is readable, 0 if it stays silent."""
+    if select.select([fd], [], [], timeout)[0]:
+        return os.eventfd_read(fd)
+    return 0
+
+
+# Plain TCP clients of a monitor (the rendezvous port).
+
+def rdv_open(name, addr, port, data=b""):
+    c = socket.create_connection((addr, port), timeout=10)
+    c.settimeout(None)
+    S[name] = c
+    if data:
+        c.sendall(data)
+
+
+def rdv_read(name, n, timeout=10):
+    """n bytes, or fewer if the other side closes first."""
+    timeo(name, timeout)
+    got = b""
+    while len(got) < n:
+        d = S[name].recv(n - len(got))
+        if not d:
+            break
+        got += d
+    return got
+
+
+def rdv_drain(name, timeout=10):
+    """Everything until the end: (bytes, 'eof' or the errno name)."""
+    timeo(name, timeout)
+    got = b""
+    while True:
+        try:
+            d = S[name].recv(65536)
+        except OSError as e:
+            return got, ename(e)
+        if not d:
+            return got, "eof"
+        got += d
+
+
+def rdv_exchange(addr, port, data, timeout=15):
+    """Send data, shut down writing, read until the end; the bytes."""
+    c = socket.create_connection((addr, port), timeout=10)
+    got = b""
+    try:
+        c.settimeout(timeout)
+        try:
+            c.sendall(data)
+            c.shutdown(socket.SHUT_WR)
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                got += d
+        except ConnectionError:
+            pass
+        except OSError as e:
+            # Closed (and reset) before our shutdown: no answer either.
+            if e.errno != errno.ENOTCONN:
+                raise
+    finally:
+        c.close()
+    return got
+
+
+def _enc(o):
+    if isinstance(o, (bytes, bytearray)):
+        return {"__bytes__": bytes(o).hex()}
+    raise TypeError("cannot return %r" % (o,))
+
+
+def _run(jid, code):
+    t0 = time.monotonic()
+    name = "_job%d" % jid
+    src = "def %s():\n" % name + "".join(
+        "    " + line + "\n" for line in code.splitlines()) + "    pass\n"
+    try:
+        exec(src, globals())
+        res = {"ok": globals().pop(name)()}
+    except OSError as e:
+        res = {"errno": ename(e), "msg": str(e)}
+    except BaseException:
+        res = {"error": traceback.format_exc()}
+    res["id"], res["t"] = jid, time.monotonic() - t0
+    try:
+        line = json.dumps(res, default=_enc)
+    except TypeError:
+        line = json.dumps({"id": jid, "t": res["t"],
+                           "error": traceback.format_exc()})
+    with _out:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+print("ready", flush=True)
+for line in sys.stdin:
+    req = json.loads(line)
+    threading.Thread(target=_run, args=(req["id"], req["code"]),
+                     daemon=True).start()
+os._exit(0)
+'''
+
+
+def _dec(d):
+    return bytes.fromhex(d["__bytes__"]) if set(d) == {"__bytes__"} else d
+
+
+class Job:
+    """One request to an agent, running there in its own thread."""
+
+    def __init__(self, agent, code):
+        self.agent, self.code = agent, code
+        self.event = threading.Event()
+        self.reply = None
+        self.done_at = None
+
+    def done(self):
+        return self.event.is_set()
+
+    def _wait(self, timeout):
+        if not self.event.wait(timeout):
+            raise AssertionError(f"agent {self.agent.label}: not done within "
+                                 f"{timeout} s:\n{self.code}")
+        if "error" in self.reply:
+            raise AssertionError(f"agent {self.agent.label}:\n{self.code}\n"
+                                 f"{self.reply['error']}")
+        return self.reply
+
+    def result(self, timeout=20):
+        """The value it returned; it must not fail."""
+        r = self._wait(timeout)
+        if "errno" in r:
+            raise AssertionError(f"agent {self.agent.label}: failed with "
+                                 f"{r['errno']} ({r['msg']}):\n{self.code}")
+        return r["ok"]
+
+    def err(self, timeout=20):
+        """The errno name it failed with; it must fail."""
+        r = self._wait(timeout)
+        if "errno" not in r:
+            raise AssertionError(f"agent {self.agent.label}: expected an "
+                                 f"error, got {r['ok']!r}:\n{self.code}")
+        return r["errno"]
+
+    def outcome(self, timeout=20):
+        """The value it returned or the errno name it failed with."""
+        r = self._wait(timeout)
+        return r["errno"] if "errno" in r else r["ok"]
+
+    @property
+    def elapsed(self):
+        """Seconds the call took in the agent."""
+        return self.reply["t"]
+
+
+class Agent:
+    def __init__(self, netns, label):
+        self.label = label
+        self.jobs = {}
+        self.next = 0
+        self.dead = False
+        self.lock = threading.Lock()
+        self.p = subprocess.Popen(
+            ["ip", "netns", "exec", netns, sys.executable, "-c", AGENT, HERE],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        first = self.p.stdout.readline()
+        if first.strip() != "ready":
+            self.p.kill()
+            self.p.wait()
+            raise AssertionError(f"agent {label} did not start: {first!r}")
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            r = json.loads(line, object_hook=_dec)
+            with self.lock:
+                job = self.jobs.pop(r["id"])
+            job.reply, job.done_at = r, time.monotonic()
+            job.event.set()
+        with self.lock:
+            self.dead = True
+            left = list(self.jobs.values())
+            self.jobs.clear()
+        for job in left:
+            job.reply = {"error": "the agent exited"}
+            job.done_at = time.monotonic()
+            job.event.set()
+
+    def start(self, code):
+        code = textwrap.dedent(code).strip("\n")
+        with self.lock:
+            if self.dead:
+                raise AssertionError(f"agent {self.label} is gone")
+            jid, self.next = self.next, self.next + 1
+            job = self.jobs[jid] = Job(self, code)
+            try:
+                line = json.dumps({"id": jid, "code": code})
+                self.p.stdin.write(line + "\n")
+                self.p.stdin.flush()
+            except OSError as e:
+                raise AssertionError(f"agent {self.label} is gone: {e}")
+        return job
+
+    def call(self, code, timeout=20):
+        return self.start(code).result(timeout)
+
+    def err(self, code, timeout=20):
+        return self.start(code).err(timeout)
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait()
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+
+
+# ---- a fake monitor (in b, on the rendezvous port) --------------------------
+
+FAKE_MONITOR = r'''
+import errno, json, os, socket, sys, threading, time
+port, plans = int(sys.argv[1]), json.loads(sys.argv[2])
+lock = threading.Lock()
+
+
+def emit(**kw):
+    with lock:
+        print(json.dumps(kw), flush=True)
+
+
+def read_exact(c, n):
+    got = b""
+    while len(got) < n:
+        d = c.recv(n - len(got))
+        if not d:
+            break
+        got += d
+    return got
+
+
+def serve(i, c):
+    plan = plans[min(i, len(plans) - 1)]
+    try:
+        head = read_exact(c, 8)
+        n = int.from_bytes(head[6:8], "big") if len(head) == 8 else 8
+        rest = read_exact(c, min(max(n, 8), 4096) - 8)
+        emit(conn=i, req=(head + rest).hex())
+        for op in plan:
+            if op[0] == "send":
+                c.sendall(bytes.fromhex(op[1]))
+            elif op[0] == "noise":
+                c.sendall(os.urandom(op[1]))
+            elif op[0] == "sleep":
+                time.sleep(op[1])
+            elif op[0] == "close":
+                c.close()
+                emit(conn=i, end="closed")
+                return
+        while True:
+            d = c.recv(65536)
+            if not d:
+                emit(conn=i, end="eof")
+                return
+            emit(conn=i, got=d.hex())
+    except OSError as e:
+        emit(conn=i, end=errno.errorcode.get(e.errno, str(e.errno)))
+    finally:
+        c.close()
+
+
+s = socket.create_server(("", port))
+print(json.dumps({"ready": True}), flush=True)
+i = 0
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=serve, args=(i, c), daemon=True).start()
+    i += 1
+'''
+
+
+class FakeMonitor:
+    """plans: for each connection it accepts (the last plan repeats), what
+    to do after reading the request: ["send", hex], ["noise", n],
+    ["sleep", s], ["close"]; then it reads (and reports) until the end."""
+
+    def __init__(self, plans):
+        self.events = []
+        self.cond = threading.Condition()
+        self.p = subprocess.Popen(
+            ["ip", "netns", "exec", B, sys.executable, "-c", FAKE_MONITOR,
+             str(RDV_PORT), json.dumps(plans)],
+            stdout=subprocess.PIPE, text=True)
+        first = self.p.stdout.readline()
+        assert "ready" in first, f"the fake monitor did not start: {first!r}"
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.cond:
+                self.events.append(json.loads(line))
+                self.cond.notify_all()
+
+    def _find(self, conn, key):
+        return [e for e in self.events if e["conn"] == conn and key in e]
+
+    def request(self, conn, timeout=10):
+        """The bytes of the request conn carried."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self._find(conn, "req"),
+                                      timeout):
+                raise AssertionError(f"fake monitor: no connection {conn} "
+                                     f"within {timeout} s: {self.events}")
+            return bytes.fromhex(self._find(conn, "req")[0]["req"])
+
+    def stream(self, conn, timeout=10):
+        """What conn brought after the request, and how it ended."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: self._find(conn, "end"),
+                                      timeout):
+                raise AssertionError(f"fake monitor: connection {conn} did "
+                                     f"not end within {timeout} s: "
+                                     f"{self.events}")
+            data = b"".join(bytes.fromhex(e["got"])
+                            for e in self._find(conn, "got"))
+            return data, self._find(conn, "end")[0]["end"]
+
+    def kill(self):
+        self.p.kill()
+        self.p.wait()
+
+
+# ---- the fixture ------------------------------------------------------------
+
+class Hosts:
+    def __init__(self):
+        self.agents = []
+        self.procs = []
+
+    def setup(self):
+        for n in (A, B):
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            subprocess.run(["ip", "netns", "add", n], check=True)
+            ns(n, "ip", "link", "set", "lo", "up")
+        subprocess.run(["ip", "link", "add", VETH_A, "netns", A, "type",
+                        "veth", "peer", "name", VETH_B, "netns", B],
+                       check=True)
+        ns(A, "ip", "addr", "add", f"{ADDR_A}/24", "dev", VETH_A)
+        ns(B, "ip", "addr", "add", f"{ADDR_B}/24", "dev", VETH_B)
+        ns(A, "ip", "link", "set", VETH_A, "up")
+        ns(B, "ip", "link", "set", VETH_B, "up")
+        for n in (A, B):
+            # The guest is slow (TCG): a generous bound for a rendezvous.
+            setting(n, redirect=1, rendezvous_timeout_ms=10000,
+                    rendezvous_port=RDV_PORT)
+        self.a = self.agent(A, "a")
+        self.b = self.agent(B, "b")
+
+    def agent(self, netns, label):
+        ag = Agent(netns, label)
+        self.agents.append(ag)
+        return ag
+
+    def echo_server(self, port=PORT):
+        """A plain TCP echo server (no AF_SD) on B's address."""
+        p = subprocess.Popen(["ip", "netns", "exec", B, sys.executable, ECHO,
+                              ADDR_B, str(port)], stdout=subprocess.PIPE,
+                             text=True)
+        self.procs.append(p)
+        assert p.stdout.readline().strip() == "ready"
+
+    def fake_monitor(self, plans):
+        """B's monitor off and a fake one in its place; A asks every time."""
+        setting(B, "rendezvous_port", 0)
+        setting(A, "peer_cache_seconds", 0)
+        fake = FakeMonitor(plans)
+        self.procs.append(fake.p)
+        return fake
+
+    def teardown(self):
+        for ag in self.agents:
+            ag.close()
+        for p in self.procs:
+            p.kill()
+            p.wait()
+        left = {}
+        try:
+            for n in (A, B):
+                if netns_exists(n) and not wait_for(
+                        lambda n=n: af_sd_sockets(n) == 0, 15):
+                    left[n] = af_sd_sockets(n)
+        finally:
+            for n in (A, B):
+                subprocess.run(["ip", "netns", "del", n], capture_output=True)
+        assert not left, f"AF_SD sockets left after the test: {left}"
+
+
+@pytest.fixture
+def h():
+    hosts = Hosts()
+    try:
+        hosts.setup()
+        yield hosts
+    finally:
+        hosts.teardown()
+
+
+def rdma_connect(h, c="c", s="s", listen=True, server_half=True, client=None):
+    """A's client c connected over RDMA to B's listener "lst" on PORT and
+    accepted there as s; with server_half, B's half is set and has reached
+    the client.  Returns (client's half, server's half, client's port)."""
+    client = client or h.a
+    if listen:
+        h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    ha = new_half()
+    cport = client.call(f"return dial({c!r}, {ADDR_B!r}, {PORT}, half={ha!r})")
+    h.b.call(f"accept({s!r})")
+    hb = None
+    if server_half:
+        hb = new_half()
+        h.b.call(f"set_half({s!r}, {hb!r})")
+        assert client.call(f"return peer_half({c!r}, timeout=10)") == hb
+    return ha, hb, cport
+
+
+# ---- set-up -----------------------------------------------------------------
+
+def test_rdma_connection_is_set_up_through_both_monitors(h):
+    """connect returns before accept, with the connection queued at the
+    listener; both ends say RDMA, each has the right peer address and the
+    other's half; the counters and sdctl's tables agree."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    da, db = Counters(A), Counters(B)
+    ha = new_half()
+    cport = h.a.call(f"return dial('c', {ADDR_B!r}, {PORT}, half={ha!r})")
+    assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+    assert h.a.call("return S['c'].getsockopt(SOL_SD, SD_RDMA_OFFER)") == 1
+    assert tuple(h.a.call("return peername(S['c'])")) == (ADDR_B, PORT)
+    # Queued, as a local client would be, before anyone accepts.
+    assert wait_for(lambda: queued(PORT) == 1), queued(PORT)
+
+    h.b.call("accept('s')")
+    assert h.b.call("return transport('s')") == TRANSPORT_RDMA
+    # Accepted sockets inherit the offer from their listener.
+    assert h.b.call("return S['s'].getsockopt(SOL_SD, SD_RDMA_OFFER)") == 1
+    assert tuple(h.b.call("return peername(S['s'])")) == (ADDR_A, cport)
+    assert h.b.call("return peer_half('s', timeout=5)") == ha
+
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
+
+    got = da()
+    assert got.get("rdma_connects") == 1 and got.get("rdv_asked") == 1, got
+    assert not fallbacks(got) and "rdma_resets" not in got, got
+    got = db()
+    assert got.get("rdma_queued") == 1 and got.get("rdv_answered") == 1, got
+    assert "rdv_failed" not in got and not fallbacks(got), got
+
+    ce = one(sockets_to(A, ADDR_B, PORT))
+    assert ce["transport"] == "rdma" and "fallback" not in ce, ce
+    assert ce["local_port"] == cport and ce["state"] == "ESTAB", ce
+    se = one(sockets_to(B, ADDR_A, cport))
+    assert se["transport"] == "rdma" and "fallback" not in se, se
+
+
+def test_client_waits_for_the_server_half(h):
+    """Before the server sets its half, the client's SD_RDMA_PEER fails
+    with EAGAIN when non-blocking or past SO_RCVTIMEO, and a blocked one
+    wakes with the half once it comes."""
+    rdma_connect(h, server_half=False)
+    assert h.a.err("return peer_half('c', nonblock=True)") == "EAGAIN"
+    timed = h.a.start("return peer_half('c', timeout=0.3)")
+    assert timed.err() == "EAGAIN"
+    assert timed.elapsed >= 0.25, timed.elapsed
+
+    waiting = h.a.start("return peer_half('c', timeout=20)")
+    time.sleep(0.5)
+    assert not waiting.done(), waiting.reply
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert waiting.result(25) == hb
+    # It stays there: read again, non-blocking.
+    assert h.a.call("return peer_half('c', nonblock=True)") == hb
+
+
+def test_a_half_is_set_once(h):
+    """Once connected, a second SD_RDMA_LOCAL is EALREADY on either side,
+    and the half that was set first is the one the other end has."""
+    h1 = rdma_connect(h, server_half=False)[0]
+    assert h.a.call(f"return E(set_half, 'c', {new_half()!r})") == "EALREADY"
+    assert h.b.call("return peer_half('s', timeout=5)") == h1
+    hb1 = new_half()
+    h.b.call(f"set_half('s', {hb1!r})")
+    assert h.b.call(f"return E(set_half, 's', {new_half()!r})") == "EALREADY"
+    assert h.a.call("return peer_half('c', timeout=10)") == hb1
+
+
+def test_a_client_half_is_set_once_before_connect(h):
+    """sd.h: "EALREADY the second time", also for a client's half set
+    twice before connect; the first one is what the server gets."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    h1, h2 = new_half(), new_half()
+    second = h.a.call(f"""
+        S['c'] = rsock(offer=True, half={h1!r})
+        return E(set_half, 'c', {h2!r})""")
+    h.a.call(f"return connect('c', {ADDR_B!r}, {PORT})")
+    h.b.call("accept('s')")
+    got = h.b.call("return peer_half('s', timeout=5)")
+    assert (second, got == h1) == ("EALREADY", True), \
+        (second, "first half" if got == h1 else "second half")
+
+
+def test_a_half_of_the_wrong_length_is_einval(h):
+    """SD_RDMA_LOCAL takes exactly 80 bytes on either side; a refused one
+    sets nothing (the right one then works)."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    sizes = (0, 1, 79, 81, 160)
+    assert h.a.call(f"""
+        S['c'] = rsock(offer=True)
+        return [E(set_half, 'c', bytes(n)) for n in {sizes!r}]""") == \
+        ["EINVAL"] * len(sizes)
+    ha = new_half()
+    h.a.call(f"set_half('c', {ha!r})")
+    h.a.call(f"return connect('c', {ADDR_B!r}, {PORT})")
+    assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+    h.b.call("accept('s')")
+    assert h.b.call(f"return [E(set_half, 's', bytes(n)) "
+                    f"for n in {sizes!r}]") == ["EINVAL"] * len(sizes)
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
+    assert h.b.call("return peer_half('s', timeout=5)") == ha
+
+
+def test_rdma_calls_need_an_rdma_connection(h):
+    """SD_RDMA_PEER, SD_RDMA_EVENTFD and SD_IOC_RDMA are ENOTCONN on an
+    unconnected socket, a listener and both ends of a local (shared
+    memory) connection, even with RDMA offered; SD_TRANSPORT says 0 and 1."""
+    got = h.b.call(f"""
+        listen('l', {ADDR_B!r}, {PORT})
+        S['u'] = rsock(offer=True)
+        dial('c', {ADDR_B!r}, {PORT})
+        accept('s', lst='l')
+        efd = os.eventfd(0, os.EFD_NONBLOCK)
+        out = {{}}
+        for n in ('u', 'l', 'c', 's'):
+            out[n] = [E(peer_half, n, 1), E(peer_half, n, None, True),
+                      E(S[n].setsockopt, SOL_SD, SD_RDMA_EVENTFD, efd),
+                      E(rdma_ioctl, n, 1), E(rdma_ioctl, n, 4)]
+        out['transports'] = [transport(n) for n in ('u', 'c', 's')]
+        return out""")
+    assert got.pop("transports") == [TRANSPORT_NONE, TRANSPORT_SHM,
+                                     TRANSPORT_SHM]
+    assert got == {n: ["ENOTCONN"] * 5 for n in ("u", "l", "c", "s")}, got
+
+
+# ---- fallbacks and refusals -------------------------------------------------
+
+FALLBACKS = {
+    # case: (B's server, client offers, client gives a half, reason)
+    "client_offers_no_half": ("offering", True, False, "no_rdma"),
+    "client_offers_nothing": ("offering", False, False, "no_rdma"),
+    "listener_offers_nothing": ("plain", True, True, "no_rdma"),
+    "no_sd_listener": ("tcp", True, True, "no_listener"),
+    "no_monitor": ("no_monitor", True, True, "peer_no_sd"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FALLBACKS))
+def test_fallback_to_tcp(h, case):
+    """The connection becomes TCP with the reason (counter and sdctl
+    sockets), the descriptor is TCP's, and the bytes echo."""
+    server, offer, give_half, reason = FALLBACKS[case]
+    if server in ("tcp", "no_monitor"):
+        if server == "no_monitor":
+            setting(B, "rendezvous_port", 0)
+        h.echo_server()
+    else:
+        h.b.call(f"listen('lst', {ADDR_B!r}, {PORT}, "
+                 f"offer={server == 'offering'})")
+    da, db = Counters(A), Counters(B)
+    half = new_half() if give_half else None
+    h.a.call(f"return dial('c', {ADDR_B!r}, {PORT}, offer={offer}, "
+             f"half={half!r})")
+    if server not in ("tcp", "no_monitor"):
+        h.b.call("accept('s')")
+        assert h.b.call("return kind('s')") == "tcp"
+        h.b.start("echo_serve('s')")
+    assert h.a.call("return echo('c')") is True
+    assert h.a.call("return kind('c')") == "tcp"
+    h.a.err("return transport('c')")    # a TCP socket: no SOL_SD
+    e = one(sockets_to(A, ADDR_B, PORT))
+    assert e["transport"] == "tcp" and e.get("fallback") == reason, e
+    got = da()
+    assert fallbacks(got) == {f"fallback_{reason}": 1}, got
+    assert "rdma_connects" not in got, got
+    got = db()
+    assert "rdma_queued" not in got, got
+    if server != "no_monitor":
+        assert got.get("rdv_answered") == 1, got
+
+
+def test_full_backlog_falls_back_busy(h):
+    """A backlog of 1 holds two RDMA clients; the next ones are told BUSY
+    and fall back to the listener's TCP port, where they are accepted (as
+    TCP sockets) and work."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT}, backlog=1)")
+    da, db = Counters(A), Counters(B)
+    for i in range(2):
+        h.a.call(f"return dial('r{i}', {ADDR_B!r}, {PORT}, "
+                 "half=os.urandom(80))")
+        assert h.a.call(f"return transport('r{i}')") == TRANSPORT_RDMA
+    jobs = []
+    for i in range(2):
+        jobs.append(h.a.start(f"return dial('t{i}', {ADDR_B!r}, {PORT}, "
+                              "half=os.urandom(80))"))
+        wait_for(jobs[-1].done, 10)     # in order, unless TCP makes it wait
+    kinds = h.b.call("""
+        out = []
+        for i in range(4):
+            accept('s%d' % i, timeout=30)
+            out.append(kind('s%d' % i))
+        return out""", timeout=150)
+    assert sorted(kinds, key=str) == [2, 2, "tcp", "tcp"], kinds
+    for j in jobs:
+        j.result(30)
+    for i, k in enumerate(kinds):
+        if k == "tcp":
+            h.b.start(f"echo_serve('s{i}')")
+    for i in range(2):
+        assert h.a.call(f"return kind('t{i}')") == "tcp"
+        assert h.a.call(f"return echo('t{i}')") is True
+    reasons = sorted(e.get("fallback", "-")
+                     for e in sockets_to(A, ADDR_B, PORT))
+    assert reasons == ["-", "-", "busy", "busy"], reasons
+    got = da()
+    assert got.get("fallback_busy") == 2 and got.get("rdma_connects") == 2, got
+    assert db().get("rdma_queued") == 2, db()
+
+
+def test_accept_rule_refuses_a_remote_client(h):
+    """An accept rule on B denying A's address: ECONNREFUSED, no fallback,
+    counted as denied_accept on B, nothing queued."""
+    ns(B, SDCTL, "rules", "add", "deny", "dir", "accept", "remote", ADDR_A)
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    da, db = Counters(A), Counters(B)
+    assert h.a.err(f"return dial('c', {ADDR_B!r}, {PORT}, "
+                   "half=os.urandom(80))") == "ECONNREFUSED"
+    got = db()
+    assert got.get("denied_accept") == 1 and "rdma_queued" not in got, got
+    assert not h.b.call("return pending()")
+    got = da()
+    assert not fallbacks(got) and "rdma_connects" not in got, got
+
+
+@pytest.mark.parametrize("action", ["deny", "tcp"])
+def test_connect_rule_on_the_client_host(h, action):
+    """A connect rule on A for B's address: deny is EACCES (denied_connect);
+    tcp falls back with reason policy, and the bytes echo."""
+    ns(A, SDCTL, "rules", "add", action, "dir", "connect", "remote", ADDR_B)
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    da, db = Counters(A), Counters(B)
+    job = h.a.start(f"return dial('c', {ADDR_B!r}, {PORT}, "
+                    "half=os.urandom(80))")
+    if action == "deny":
+        assert job.err() == "EACCES"
+        got = da()
+        assert got.get("denied_connect") == 1 and not fallbacks(got), got
+        assert not h.b.call("return pending()")
+    else:
+        job.result()
+        h.b.call("accept('s')")
+        assert h.b.call("return kind('s')") == "tcp"
+        h.b.start("echo_serve('s')")
+        assert h.a.call("return echo('c')") is True
+        e = one(sockets_to(A, ADDR_B, PORT))
+        assert e.get("fallback") == "policy", e
+        assert fallbacks(da()) == {"fallback_policy": 1}, da()
+    assert "rdma_queued" not in db(), db()
+
+
+# ---- the end of a connection ------------------------------------------------
+
+def test_close_is_the_end_of_the_stream(h):
+    """Either end's close, nothing sent, is the end of the stream for the
+    other end's receiver (asleep in recv)."""
+    rdma_connect(h, "c1", "s1")
+    rdma_connect(h, "c2", "s2", listen=False)
+    waiting = h.b.start("return recv('s1', timeout=20)")
+    h.a.call("close('c1')")
+    assert waiting.result(25) == b""
+    waiting = h.a.start("return recv('c2', timeout=20)")
+    h.b.call("close('s2')")
+    assert waiting.result(25) == b""
+
+
+def test_linger_zero_resets_the_peer(h):
+    """A close with SO_LINGER {1, 0} is ECONNRESET for the other end,
+    either way."""
+    rdma_connect(h, "c1", "s1")
+    rdma_connect(h, "c2", "s2", listen=False)
+    waiting = h.b.start("return recv('s1', timeout=20)")
+    h.a.call("linger0('c1'); close('c1')")
+    assert waiting.err(25) == "ECONNRESET"
+    waiting = h.a.start("return recv('c2', timeout=20)")
+    h.b.call("linger0('s2'); close('s2')")
+    assert waiting.err(25) == "ECONNRESET"
+
+
+@pytest.mark.parametrize("how", ["close", "sigkill"])
+def test_data_not_carried_is_never_a_clean_end(h, how):
+    """The client's bytes sit in its own ring (no bridge carries them);
+    its close, or the death of its process, is a reset for the server."""
+    client = h.agent(A, "a2")
+    rdma_connect(h, client=client)
+    waiting = h.b.start("return recv('s', timeout=20)")
+    assert client.call("return S['c'].send(b'x' * 1000)") == 1000
+    if how == "close":
+        client.call("close('c')")
+    else:
+        client.kill()
+    assert waiting.err(25) == "ECONNRESET"
+
+
+# ---- the bridge's ioctl -----------------------------------------------------
+
+def test_bridge_fin_ends_the_stream(h):
+    """SD_IOC_RDMA: DATA and ROOM succeed and wake nobody into an error;
+    FIN is the end of the stream for this end's receiver."""
+    rdma_connect(h)
+    waiting = h.b.start("return recv('s', timeout=20)")
+    for op in (OP_DATA, OP_ROOM):
+        h.b.call(f"rdma_ioctl('s', {op})")
+        h.a.call(f"rdma_ioctl('c', {op})")
+    time.sleep(0.5)
+    assert not waiting.done(), waiting.reply
+    h.b.call(f"rdma_ioctl('s', {OP_FIN})")
+    assert waiting.result(25) == b""
+
+
+def test_bridge_reset_resets_both_ends(h):
+    """SD_IOC_RDMA RESET: ECONNRESET for this end, and the monitor tells
+    the other end's, which resets too; counted as rdma_resets."""
+    rdma_connect(h)
+    da, db = Counters(A), Counters(B)
+    wc = h.a.start("return recv('c', timeout=20)")
+    ws = h.b.start("return recv('s', timeout=20)")
+    h.b.call(f"rdma_ioctl('s', {OP_RESET})")
+    assert ws.err(25) == "ECONNRESET"
+    assert wc.err(25) == "ECONNRESET"
+    resets = da().get("rdma_resets", 0) + db().get("rdma_resets", 0)
+    assert resets >= 1, (da(), db())
+
+
+def test_bridge_ioctl_refuses_unknown_ops(h):
+    """Ops 0, 5 and others are EINVAL, a NULL argument fails, on both
+    ends; the connection is unharmed (a close is still a clean end)."""
+    rdma_connect(h)
+    for ag, name in ((h.a, "c"), (h.b, "s")):
+        got = ag.call(f"""
+            return [E(rdma_ioctl, {name!r}, op)
+                    for op in (0, 5, 6, 0x7fffffff, 0xffffffff)]""")
+        assert got == ["EINVAL"] * 5, (name, got)
+        assert ag.call(f"return E(fcntl.ioctl, S[{name!r}].fileno(), "
+                       "SD_IOC_RDMA, 0)") != "OK"
+        assert ag.call(f"return [E(rdma_ioctl, {name!r}, op) "
+                       "for op in (1, 2)]") == ["OK", "OK"]
+    waiting = h.b.start("return recv('s', timeout=20)")
+    h.a.call("close('c')")
+    assert waiting.result(25) == b""
+
+
+def test_a_dropped_link_resets_both_ends(h):
+    """The veth goes down under an idle connection: the link's keepalive
+    (idle 3 s, 3 probes 1 s apart) resets both ends within 30 s."""
+    rdma_connect(h)
+    da, db = Counters(A), Counters(B)
+    wc = h.a.start("return recv('c', timeout=45)")
+    ws = h.b.start("return recv('s', timeout=45)")
+    time.sleep(0.5)
+    assert not wc.done() and not ws.done(), (wc.reply, ws.reply)
+    t0 = time.monotonic()
+    ns(B, "ip", "link", "set", "dev", VETH_B, "down")
+    assert wc.err(50) == "ECONNRESET"
+    assert ws.err(50) == "ECONNRESET"
+    took = max(wc.done_at, ws.done_at) - t0
+    assert took <= 30, f"reset after {took:.1f} s"
+    assert da().get("rdma_resets", 0) >= 1, da()
+    assert db().get("rdma_resets", 0) >= 1, db()
+
+
+# ---- eventfd ----------------------------------------------------------------
+
+def test_eventfd_is_signalled_for_the_half_and_the_end(h):
+    rdma_connect(h, server_half=False)
+    h.a.call("""
+        S['efd'] = os.eventfd(0, os.EFD_NONBLOCK)
+        S['c'].setsockopt(SOL_SD, SD_RDMA_EVENTFD, S['efd'])
+        efd_wait(S['efd'], 0)""")
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert h.a.call("return efd_wait(S['efd'], 10)") > 0
+    assert h.a.call("return peer_half('c', nonblock=True)") == hb
+    h.a.call("efd_wait(S['efd'], 0)")
+    h.b.call("close('s')")
+    assert h.a.call("return efd_wait(S['efd'], 10)") > 0
+    assert h.a.call("return recv('c', timeout=10)") == b""
+
+
+def test_eventfd_must_be_an_eventfd_and_minus_one_unsets(h):
+    rdma_connect(h, server_half=False)
+    got = h.a.call("""
+        r, w = os.pipe()
+        f = open('/dev/null')
+        try:
+            return [E(S['c'].setsockopt, SOL_SD, SD_RDMA_EVENTFD, fd)
+                    for fd in (r, w, f.fileno(), S['c'].fileno())]
+        finally:
+            for fd in (r, w):
+                os.close(fd)
+            f.close()""")
+    assert got == ["EINVAL"] * 4, got
+    h.a.call("""
+        S['efd'] = os.eventfd(0, os.EFD_NONBLOCK)
+        S['c'].setsockopt(SOL_SD, SD_RDMA_EVENTFD, S['efd'])
+        S['c'].setsockopt(SOL_SD, SD_RDMA_EVENTFD, -1)
+        efd_wait(S['efd'], 0)""")
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
+    assert h.a.call("return efd_wait(S['efd'], 0.5)") == 0
+
+
+# ---- namespaces that go -----------------------------------------------------
+
+def test_namespaces_go_with_rdma_connections_in_place(h):
+    """Both namespaces deleted, then their processes killed, with an RDMA
+    connection (receivers asleep on both ends) and two queued, never
+    accepted: everything is freed (the module's reference count comes
+    back), and fresh namespaces connect again."""
+    base = module_refcnt()
+    rdma_connect(h, "c0", "s0")
+    for i in (1, 2):
+        h.a.call(f"dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))")
+    assert wait_for(lambda: queued(PORT) == 2), queued(PORT)
+    h.a.start("recv('c0', timeout=60)")
+    h.b.start("recv('s0', timeout=60)")
+    time.sleep(0.3)
+    for n in (A, B):
+        subprocess.run(["ip", "netns", "del", n], check=True, timeout=20)
+    h.a.kill()
+    h.b.kill()
+    assert wait_for(lambda: module_refcnt() <= base, 60), \
+        f"af_sd refcnt {module_refcnt()}, {base} before"
+    fresh = Hosts()
+    try:
+        fresh.setup()
+        rdma_connect(fresh)
+    finally:
+        fresh.teardown()
+
+
+# ---- hostile monitors (a fake one in b) -------------------------------------
+
+HOSTILE_AFTER_ACCEPT = {
+    "close_at_once": [["send", reply(ST_ACCEPTED).hex()], ["close"]],
+    "garbage": [["send", reply(ST_ACCEPTED).hex()],
+                ["send", os.urandom(64).hex()]],
+    "half_wrong_length": [["send", (reply(ST_ACCEPTED) + hdr(T_HALF, 80) +
+                                    new_half()).hex()]],
+    "two_halves": [["send", reply(ST_ACCEPTED).hex()],
+                   ["send", (half_msg(new_half()) +
+                             half_msg(new_half())).hex()]],
+    "close_unknown_how": [["send", (reply(ST_ACCEPTED) + close_msg(3)).hex()]],
+    "noise_1mib": [["send", reply(ST_ACCEPTED).hex()], ["noise", 1 << 20]],
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_AFTER_ACCEPT))
+def test_hostile_monitor_after_accepting(h, case):
+    """The fake answers the client's RDMA request (checked byte for byte)
+    with ACCEPTED, then misbehaves: connect returns 0, and the connection
+    is reset within a few seconds; once the client closes, its monitor
+    lets go of the link."""
+    fake = h.fake_monitor([HOSTILE_AFTER_ACCEPT[case]])
+    ha = new_half()
+    cport = h.a.call(f"return dial('c', {ADDR_B!r}, {PORT}, half={ha!r})")
+    assert fake.request(0) == rdma_request(PORT, cport, ha)
+    waiting = h.a.start("return recv('c', timeout=20)")
+    assert waiting.err(25) == "ECONNRESET"
+    assert waiting.elapsed < 10, waiting.elapsed
+    peer = h.a.start("return peer_half('c', timeout=5)").outcome(10)
+    if case == "two_halves":
+        first = bytes.fromhex(HOSTILE_AFTER_ACCEPT[case][1][1])[8:88]
+        assert peer in (first, "ECONNRESET"), peer
+    else:
+        assert peer == "ECONNRESET", peer
+    h.a.call("close('c')")
+    if case != "close_at_once":
+        _, end = fake.stream(0, timeout=10)
+        assert end != "closed", end
+
+
+MALFORMED_REPLIES = {
+    "bad_magic": hdr(T_REPLY, 16, magic=MAGIC ^ 1) + reply(ST_ACCEPTED)[8:],
+    "bad_version": hdr(T_REPLY, 16, version=2) + reply(ST_ACCEPTED)[8:],
+    "bad_type": hdr(T_HALF, 16) + reply(ST_ACCEPTED)[8:],
+    "bad_length": hdr(T_REPLY, 96) + reply(ST_ACCEPTED)[8:] + bytes(80),
+    "status_0": reply(0),
+    "status_6": reply(6),
+    "reserved_set": reply(ST_ACCEPTED, reserved=b"\0\0\1"),
+    "short": reply(ST_ACCEPTED)[:12],
+}
+
+
+def test_malformed_replies_fall_back_with_reason_handshake(h):
+    """Each malformed reply to the RDMA request (the fake keeps the
+    connection open, but for the short one) makes the connect fall back
+    to TCP at once, reason handshake, counted as failed; the bytes echo
+    through a plain TCP server."""
+    h.echo_server()
+    names = sorted(MALFORMED_REPLIES)
+    fake = h.fake_monitor([[["send", MALFORMED_REPLIES[n].hex()]] +
+                           ([["close"]] if n == "short" else [])
+                           for n in names])
+    da = Counters(A)
+    bad = {}
+    for i, n in enumerate(names):
+        job = h.a.start(f"""
+            dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))
+            return [kind('c{i}'), echo('c{i}')]""")
+        out = job.outcome(30)
+        fake.request(i)
+        if out != ["tcp", True] or job.elapsed > 5:
+            bad[n] = (out, round(job.elapsed, 1))
+    assert not bad, bad
+    reasons = [e.get("fallback") for e in sockets_to(A, ADDR_B, PORT)]
+    assert reasons == ["handshake"] * len(names), reasons
+    got = da()
+    assert fallbacks(got) == {"fallback_handshake": len(names)}, got
+    assert got.get("rdv_failed") == len(names), got
+    assert "rdma_connects" not in got, got
+
+
+def test_each_answer_of_a_monitor_is_obeyed(h):
+    """NO_RDMA, NO_LISTENER and BUSY from the (fake) monitor are fallbacks
+    with their reasons; REFUSED is ECONNREFUSED, with no fallback."""
+    h.echo_server()
+    statuses = [ST_NO_RDMA, ST_NO_LISTENER, ST_BUSY, ST_REFUSED]
+    h.fake_monitor([[["send", reply(st).hex()], ["close"]] for st in statuses])
+    da = Counters(A)
+    out = [h.a.start(f"""
+        dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))
+        return echo('c{i}')""").outcome(30) for i in range(len(statuses))]
+    assert out == [True, True, True, "ECONNREFUSED"], out
+    reasons = sorted(e.get("fallback") for e in sockets_to(A, ADDR_B, PORT))
+    assert reasons == ["busy", "no_listener", "no_rdma"], reasons
+    got = da()
+    assert fallbacks(got) == {"fallback_no_rdma": 1, "fallback_no_listener": 1,
+                              "fallback_busy": 1}, got
+    assert "rdv_failed" not in got and "rdma_connects" not in got, got
+
+
+def test_a_half_and_a_clean_close_in_one_write(h):
+    """ACCEPTED, HALF and CLOSE(clean) arrive together: the client gets the
+    half, then the end of the stream."""
+    hb = new_half()
+    h.fake_monitor([[["send", (reply(ST_ACCEPTED) + half_msg(hb) +
+                               close_msg(CLOSE_CLEAN)).hex()]]])
+    h.a.call(f"dial('c', {ADDR_B!r}, {PORT}, half=os.urandom(80))")
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
+    assert h.a.call("return recv('c', timeout=10)") == b""
+
+
+def link_end(data, end):
+    """How a link ended, as its other side saw it: "clean" for CLOSE(clean)
+    then the end of the stream, "reset" for CLOSE(reset) (then any end) or
+    a TCP reset with nothing before it, else what came."""
+    if data == close_msg(CLOSE_CLEAN) and end == "eof":
+        return "clean"
+    if data == close_msg(CLOSE_RESET) and end in ("eof", "ECONNRESET") or \
+            data == b"" and end == "ECONNRESET":
+        return "reset"
+    return (data, end)
+
+
+def test_the_client_end_reaches_the_monitor_as_close(h):
+    """What the client's monitor tells the fake over the link when the
+    client goes: CLOSE(clean) then the end for a close; a reset (CLOSE
+    with how 2, or a TCP reset of the link) for SO_LINGER {1, 0} and for a
+    close with bytes never carried."""
+    hb = new_half()
+    fake = h.fake_monitor([[["send", (reply(ST_ACCEPTED) +
+                                      half_msg(hb)).hex()]]])
+    cases = [("close", ""), ("linger0", "linger0('c1')"),
+             ("unsent", "S['c2'].send(b'x' * 100)")]
+    got = {}
+    for i, (name, before) in enumerate(cases):
+        h.a.call(f"dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))")
+        assert h.a.call(f"return peer_half('c{i}', timeout=10)") == hb
+        h.a.call(f"{before}\nclose('c{i}')")
+        got[name] = link_end(*fake.stream(i))
+    assert got == {"close": "clean", "linger0": "reset", "unsent": "reset"}, \
+        got
+
+
+# ---- hostile clients of b's real monitor (from a, on the wire) --------------
+
+def _good_body(half):
+    return struct.pack("!IHH", 1, PORT, 40000) + half
+
+
+_H = new_half()
+MALFORMED_REQUESTS = {
+    "empty": b"",
+    "short": rdma_request(PORT, 40000, _H)[:50],
+    "length_95": hdr(T_RDMA_REQUEST, 95) + _good_body(_H),
+    "length_16": hdr(T_RDMA_REQUEST, 16) + _good_body(_H)[:8],
+    "length_max": hdr(T_RDMA_REQUEST, 0xFFFF) + _good_body(_H),
+    "flags_0": rdma_request(PORT, 40000, _H, flags=0),
+    "flags_3": rdma_request(PORT, 40000, _H, flags=3),
+    "flags_high": rdma_request(PORT, 40000, _H, flags=0x80000001),
+    "bad_magic": rdma_request(PORT, 40000, _H, magic=MAGIC + 1),
+    "version_0": rdma_request(PORT, 40000, _H, version=0),
+    "version_2": rdma_request(PORT, 40000, _H, version=2),
+    "reply_type": hdr(T_REPLY, 96) + _good_body(_H),
+    "half_first": half_msg(_H),
+    "close_first": close_msg(CLOSE_CLEAN),
+}
+
+
+def test_monitor_closes_malformed_rdma_requests_silently(h):
+    """Each malformed RDMA request is closed without an answer and counted
+    as failed, queues nothing; then a good one is ACCEPTED (the real
+    monitor says it can do RDMA) and its socket appears at the listener,
+    with the request's half and the client's address and declared port."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    db = Counters(B)
+    got = h.a.call(f"""
+        cases = {MALFORMED_REQUESTS!r}
+        return {{n: rdv_exchange({ADDR_B!r}, {RDV_PORT}, d)
+                 for n, d in cases.items()}}""", timeout=150)
+    assert got == {n: b"" for n in MALFORMED_REQUESTS}, got
+    d = db()
+    assert d.get("rdv_failed") == len(MALFORMED_REQUESTS), d
+    assert "rdv_answered" not in d and "rdma_queued" not in d, d
+    assert not h.b.call("return pending()")
+
+    half = new_half()
+    h.a.call(f"rdv_open('link', {ADDR_B!r}, {RDV_PORT}, "
+             f"{rdma_request(PORT, 40000, half)!r})")
+    assert h.a.call("return rdv_read('link', 16)") == \
+        reply(ST_ACCEPTED, flags=1)
+    h.b.call("accept('s')")
+    assert h.b.call("return transport('s')") == TRANSPORT_RDMA
+    assert h.b.call("return peer_half('s', timeout=5)") == half
+    assert tuple(h.b.call("return peername(S['s'])")) == (ADDR_A, 40000)
+    d = db()
+    assert d.get("rdv_answered") == 1 and d.get("rdma_queued") == 1, d
+
+
+LINK_ENDS = {
+    # what the fake client does after B's HALF: (bytes or None to close
+    # the link, what the accepted socket's recv then gives)
+    "close_clean": (close_msg(CLOSE_CLEAN), b""),
+    "close_reset": (close_msg(CLOSE_RESET), "ECONNRESET"),
+    "close_unknown_how": (close_msg(7), "ECONNRESET"),
+    "close_reserved_set": (close_msg(CLOSE_CLEAN, reserved2=5), "ECONNRESET"),
+    "garbage": (os.urandom(40), "ECONNRESET"),
+    "second_request": (rdma_request(PORT, 40000, _H), "ECONNRESET"),
+    "half_from_client": (half_msg(_H), "ECONNRESET"),
+    "eof": (None, "ECONNRESET"),
+}
+
+
+def test_a_fake_client_ends_its_link(h):
+    """A fake client's link, after ACCEPTED and the server's HALF (checked
+    byte for byte): a clean CLOSE is the end of the stream for the accepted
+    socket; anything else, an EOF without CLOSE included, resets it."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    got = {}
+    for i, name in enumerate(sorted(LINK_ENDS)):
+        data, _ = LINK_ENDS[name]
+        half, sport = new_half(), 40000 + i
+        h.a.call(f"rdv_open('l{i}', {ADDR_B!r}, {RDV_PORT}, "
+                 f"{rdma_request(PORT, sport, half)!r})")
+        assert h.a.call(f"return rdv_read('l{i}', 16)") == reply(ST_ACCEPTED)
+        h.b.call(f"accept('s{i}')")
+        assert h.b.call(f"return peer_half('s{i}', timeout=5)") == half
+        assert tuple(h.b.call(f"return peername(S['s{i}'])")) == \
+            (ADDR_A, sport)
+        hb = new_half()
+        h.b.call(f"set_half('s{i}', {hb!r})")
+        assert h.a.call(f"return rdv_read('l{i}', 88)") == half_msg(hb)
+        waiting = h.b.start(f"return recv('s{i}', timeout=15)")
+        if data is None:
+            h.a.call(f"close('l{i}')")
+        else:
+            h.a.call(f"S['l{i}'].sendall({data!r})")
+        got[name] = waiting.outcome(20)
+    assert got == {n: want for n, (_, want) in LINK_ENDS.items()}, got
+
+
+def test_the_server_end_reaches_the_client_monitor_as_close(h):
+    """What B's monitor tells a fake client over the link when the accepted
+    socket goes: CLOSE(clean) then the end for a close; a reset (CLOSE with
+    how 2, or a TCP reset of the link) for SO_LINGER {1, 0} and for a close
+    with bytes never carried."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    cases = [("close", ""), ("linger0", "linger0('s1')"),
+             ("unsent", "S['s2'].send(b'x' * 100)")]
+    got = {}
+    for i, (name, before) in enumerate(cases):
+        h.a.call(f"rdv_open('l{i}', {ADDR_B!r}, {RDV_PORT}, "
+                 f"{rdma_request(PORT, 40000 + i, new_half())!r})")
+        assert h.a.call(f"return rdv_read('l{i}', 16)") == reply(ST_ACCEPTED)
+        h.b.call(f"accept('s{i}')")
+        hb = new_half()
+        h.b.call(f"set_half('s{i}', {hb!r})")
+        assert h.a.call(f"return rdv_read('l{i}', 88)") == half_msg(hb)
+        h.b.call(f"{before}\nclose('s{i}')")
+        got[name] = link_end(*h.a.call(f"return rdv_drain('l{i}')"))
+    assert got == {"close": "clean", "linger0": "reset", "unsent": "reset"}, \
+        got
+
+
+def test_the_monitor_answers_with_the_right_status(h):
+    """A good RDMA request to a port without a listener is NO_LISTENER, to
+    a listener that does not offer RDMA NO_RDMA, to one an accept rule
+    closes REFUSED; a version 1 REQUEST is always NO_RDMA.  Each answer
+    ends the exchange; nothing is queued."""
+    h.b.call(f"""
+        listen('lst', {ADDR_B!r}, {PORT})
+        listen('plain', {ADDR_B!r}, {PORT + 2}, offer=False)
+        listen('denied', {ADDR_B!r}, {PORT + 3})""")
+    ns(B, SDCTL, "rules", "add", "deny", "dir", "accept", "lport",
+       str(PORT + 3))
+    db = Counters(B)
+    cases = {
+        "no_listener": rdma_request(PORT + 1, 40001, new_half()),
+        "no_rdma": rdma_request(PORT + 2, 40002, new_half()),
+        "refused": rdma_request(PORT + 3, 40003, new_half()),
+        "plain_request": hdr(T_REQUEST, 16) + struct.pack("!IHH", 1, PORT, 0),
+    }
+    got = h.a.call(f"""
+        cases = {cases!r}
+        return {{n: rdv_exchange({ADDR_B!r}, {RDV_PORT}, d)
+                 for n, d in cases.items()}}""", timeout=90)
+    assert got == {"no_listener": reply(ST_NO_LISTENER),
+                   "no_rdma": reply(ST_NO_RDMA),
+                   "refused": reply(ST_REFUSED),
+                   "plain_request": reply(ST_NO_RDMA)}, got
+    d = db()
+    assert d.get("rdv_answered") == len(cases), d
+    assert d.get("denied_accept") == 1 and "rdma_queued" not in d, d
+    assert "rdv_failed" not in d, d
+    assert h.b.call("return [pending(n) "
+                    "for n in ('lst', 'plain', 'denied')]") == [False] * 3
