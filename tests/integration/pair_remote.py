@@ -7,6 +7,7 @@ test_); scripts/check's "pair" stage runs it:
     tests/vm/pair --rdma -- python3 -m pytest -q tests/integration/pair_remote.py
 """
 import json
+import os
 import subprocess
 import sys
 import time
@@ -201,3 +202,120 @@ def test_ring_mirrored_over_rdma_carries_every_byte(peer):
     got = json.loads(out.stdout)
     assert got["bytes_checked"] == 1000000 and got["round_trips"] == 20, got
     assert srv.wait(120) == 0, srv.stderr
+
+
+def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
+    """An AF_SD connection between the two hosts, set up by the monitors
+    (SD_RDMA_OFFER, SD_RDMA_LOCAL, SD_RDMA_PEER) and carried over RDMA by
+    the bridge prototype (tests/progs/sd_rdma_bridge.cpp), while the
+    programs on both ends only call send and recv on their sockets: 64-byte
+    round trips, then 2 MB echoed and checked byte for byte, then the end
+    of stream both ways, and both monitors count one RDMA connection."""
+    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([prog, "server", peer.remote, "9494"])
+    assert srv.readline() == "ready"
+    out = subprocess.run([prog, "client", peer.remote, "9494", "2000000",
+                          "20"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(out.stdout)
+    assert got["transport"] == "rdma" and got["bytes_checked"] == 2000000, got
+    assert srv.wait(120) == 0, srv.stderr
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("rdma_connects") == 1 and "rdma_resets" not in d, d
+    assert pd.get("rdma_queued") == 1 and "rdma_resets" not in pd, pd
+
+
+@pytest.mark.parametrize("how", ["kill", "link", "device"])
+def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
+    """A client on A streams over an RDMA connection (the bridge prototype)
+    to a server on B; the server is killed, or the link between the hosts
+    drops (A's NIC goes down), or B's RDMA device is removed: the client's calls end in an error within the bound (the
+    other monitor's CLOSE, the link's keepalive, or the queue pair's
+    retries), never a hang; both sides count the reset."""
+    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
+    port = {"kill": 9501, "link": 9502, "device": 9503}[how]
+    local_dev = next(n for n in sorted(os.listdir("/sys/class/net"))
+                     if n != "lo")
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([prog, "server", peer.remote, str(port)])
+    assert srv.readline() == "ready"
+    cli = subprocess.Popen([prog, "client", peer.remote, str(port),
+                            str(1 << 40), "3"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(5)
+        assert cli.poll() is None, cli.communicate()
+        if how == "kill":
+            srv.kill()
+        elif how == "link":
+            # A's side of the link: B's agent is reached over it.
+            subprocess.run(["ip", "link", "set", local_dev, "down"],
+                           check=True)
+        else:
+            # rxe has no way to take a device from its users (deleting it
+            # waits for them), so the device goes as hardware would: the
+            # NIC under A's rxe0 leaves its driver.
+            addr = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev",
+                                   local_dev], check=True, text=True,
+                                  capture_output=True).stdout.split()[3]
+            nic = os.path.basename(os.readlink(
+                f"/sys/class/net/{local_dev}/device"))
+            with open("/sys/bus/virtio/drivers/virtio_net/unbind", "w") as f:
+                f.write(nic)
+        t0 = time.monotonic()
+        out, err = cli.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        cli.kill()
+        cli.wait()
+        if how == "link":
+            subprocess.run(["ip", "link", "set", local_dev, "up"], check=True)
+        if how == "device":
+            restore_nic(nic, addr)
+    assert cli.returncode == 1, (out, err)
+    assert "reset" in err.lower() or "broken pipe" in err.lower(), err
+    assert delta(before, stats()).get("rdma_resets", 0) >= 1
+    print(f"{how}: the client failed {took:.1f} s after", err.strip())
+    if how == "kill":
+        return
+    # B's end is reset too (its monitor got A's CLOSE, or its link broke):
+    # the server fails rather than waits.  Asked over a new connection:
+    # the agent's old ones may still be backing off from the outage.
+    deadline = time.monotonic() + 120
+    while stats(peer).get("rdma_resets", 0) - pbefore.get("rdma_resets", 0) < 1:
+        if os.environ.get("SD_DIAG"):
+            print("A:", subprocess.run(["ss", "-tnoiae"], capture_output=True, text=True).stdout)
+            print("B:", peer.run(["ss", "-tnoiae"])["stdout"])
+        assert time.monotonic() < deadline, "B's end was never reset"
+        time.sleep(1 if not os.environ.get("SD_DIAG") else 10)
+
+
+def restore_nic(nic, addr):
+    """Give A its NIC back as guest-init set it up, with rxe0 on it."""
+    with open("/sys/bus/virtio/drivers/virtio_net/bind", "w") as f:
+        f.write(nic)
+    deadline = time.monotonic() + 30
+    while True:
+        devs = [n for n in os.listdir("/sys/class/net") if n != "lo"]
+        if devs or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert devs, "the NIC did not come back"
+    subprocess.run(["ip", "addr", "add", addr, "dev", devs[0]], check=True)
+    subprocess.run(["ip", "link", "set", devs[0], "up"], check=True)
+    # The old rxe0 goes once its last user did.
+    while True:
+        out = subprocess.run(["rdma", "link", "add", "rxe0", "type", "rxe",
+                              "netdev", devs[0]], capture_output=True,
+                             text=True)
+        if out.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert out.returncode == 0, out.stderr
