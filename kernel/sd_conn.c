@@ -1048,6 +1048,8 @@ int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
 	if (!err) {
 		sd_link_go(link);
 		sd_stat_inc(net, SD_STAT_RDMA_QUEUED);
+		/* The child holds its own reference; no local client does. */
+		sd_conn_put(conn);
 		goto out;
 	}
 	if (err == -EAGAIN)
