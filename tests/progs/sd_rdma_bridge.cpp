@@ -47,31 +47,20 @@
 #include <memory>
 #include <vector>
 
+#include "rdma_verbs.hpp"
 #include "ring.hpp"
+
+const char *sdt::prog = "sd_rdma_bridge";
 
 namespace {
 
-[[noreturn]] void die(const char *what, int err = errno)
-{
-	std::fprintf(stderr, "sd_rdma_bridge: %s: %s\n", what, std::strerror(err));
-	std::exit(1);
-}
+using namespace sdt;
 
 constexpr std::uint32_t land_size = 256 * 1024;
 constexpr std::uint32_t IMM_FIN = 1U << 31;
 constexpr std::uint32_t IMM_CREDIT = 1U << 30;
 constexpr unsigned RECVS = 256;
 constexpr unsigned MAX_INFLIGHT = 64;
-
-template <typename T, auto Fn> struct Del {
-	void operator()(T *p) const noexcept { Fn(p); }
-};
-using Ctx = std::unique_ptr<ibv_context, Del<ibv_context, ibv_close_device>>;
-using Pd = std::unique_ptr<ibv_pd, Del<ibv_pd, ibv_dealloc_pd>>;
-using Chan = std::unique_ptr<ibv_comp_channel, Del<ibv_comp_channel, ibv_destroy_comp_channel>>;
-using Cq = std::unique_ptr<ibv_cq, Del<ibv_cq, ibv_destroy_cq>>;
-using Qp = std::unique_ptr<ibv_qp, Del<ibv_qp, ibv_destroy_qp>>;
-using Mr = std::unique_ptr<ibv_mr, Del<ibv_mr, ibv_dereg_mr>>;
 
 // One mapped ring of the module.
 struct Map {
@@ -89,24 +78,11 @@ public:
 	// The queue pair, and our half for the module to carry.
 	explicit Bridge(int fd) : fd_(fd)
 	{
-		const char *name = std::getenv("SD_RDMA_DEVICE");
-		const char *gidenv = std::getenv("SD_RDMA_GID");
-		gid_index_ = gidenv ? std::atoi(gidenv) : 1;
-		int n = 0;
-		ibv_device **devs = ibv_get_device_list(&n);
-		if (!devs)
-			die("ibv_get_device_list");
-		for (int i = 0; i < n && !ctx_; i++)
-			if (!std::strcmp(ibv_get_device_name(devs[i]), name ? name : "rxe0"))
-				ctx_.reset(ibv_open_device(devs[i]));
-		ibv_free_device_list(devs);
-		if (!ctx_)
-			die("no such RDMA device", ENODEV);
-		pd_.reset(ibv_alloc_pd(ctx_.get()));
-		chan_.reset(ibv_create_comp_channel(ctx_.get()));
+		pd_.reset(ibv_alloc_pd(dev_.ctx.get()));
+		chan_.reset(ibv_create_comp_channel(dev_.ctx.get()));
 		if (!pd_ || !chan_)
 			die("ibv_alloc_pd/ibv_create_comp_channel");
-		cq_.reset(ibv_create_cq(ctx_.get(), 2 * RECVS + 2 * MAX_INFLIGHT, nullptr,
+		cq_.reset(ibv_create_cq(dev_.ctx.get(), 2 * RECVS + 2 * MAX_INFLIGHT, nullptr,
 					chan_.get(), 0));
 		if (!cq_)
 			die("ibv_create_cq");
@@ -135,20 +111,11 @@ public:
 		qp_.reset(ibv_create_qp(pd_.get(), &qa));
 		if (!qp_)
 			die("ibv_create_qp");
-		ibv_qp_attr a = {};
-		a.qp_state = IBV_QPS_INIT;
-		a.port_num = 1;
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-				  IBV_QP_ACCESS_FLAGS))
-			die("QP to INIT");
+		qp_init(qp_.get());
 		for (unsigned i = 0; i < RECVS; i++)
 			post_recv();
 
-		ibv_gid gid;
-		if (ibv_query_gid(ctx_.get(), 1, gid_index_, &gid))
-			die("ibv_query_gid");
-		std::memcpy(mine_.gid, gid.raw, 16);
+		std::memcpy(mine_.gid, dev_.gid.raw, 16);
 		mine_.qpn = qp_->qp_num;
 		mine_.psn = static_cast<std::uint32_t>(std::rand()) & 0xffffff;
 		mine_.ring_addr = reinterpret_cast<std::uint64_t>(landing_);
@@ -170,32 +137,8 @@ public:
 		    peer.mtu < IBV_MTU_256 || peer.mtu > IBV_MTU_4096 || peer.flags)
 			die("a bad half from the peer", EPROTO);
 		peer_ = peer;
-		ibv_qp_attr a = {};
-		a.qp_state = IBV_QPS_RTR;
-		a.path_mtu = static_cast<ibv_mtu>(std::min<std::uint32_t>(peer.mtu, IBV_MTU_1024));
-		a.dest_qp_num = peer.qpn;
-		a.rq_psn = peer.psn;
-		a.max_dest_rd_atomic = 1;
-		a.min_rnr_timer = 12;
-		a.ah_attr.is_global = 1;
-		std::memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
-		a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(gid_index_);
-		a.ah_attr.grh.hop_limit = 1;
-		a.ah_attr.port_num = 1;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-				  IBV_QP_MIN_RNR_TIMER))
-			die("QP to RTR");
-		a = {};
-		a.qp_state = IBV_QPS_RTS;
-		a.timeout = 14;
-		a.retry_cnt = 7;
-		a.rnr_retry = 7;
-		a.sq_psn = mine_.psn;
-		a.max_rd_atomic = 1;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
-			die("QP to RTS");
+		qp_connect(qp_.get(), dev_, peer.gid, peer.qpn, peer.psn, mine_.psn,
+			   static_cast<ibv_mtu>(std::min<std::uint32_t>(peer.mtu, IBV_MTU_1024)));
 	}
 
 	// Map the module's rings: we consume the send ring and produce the
@@ -418,9 +361,8 @@ private:
 	}
 
 	int fd_;
-	int gid_index_ = 1;
 	int ev_ = -1;
-	Ctx ctx_;
+	Device dev_;
 	Pd pd_;
 	Chan chan_;
 	Cq cq_;

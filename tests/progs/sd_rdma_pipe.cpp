@@ -33,15 +33,14 @@
 #include <string>
 #include <vector>
 
+#include "rdma_verbs.hpp"
 #include "ring.hpp"
+
+const char *sdt::prog = "sd_rdma_pipe";
 
 namespace {
 
-[[noreturn]] void die(const char *what, int err = errno)
-{
-	std::fprintf(stderr, "sd_rdma_pipe: %s: %s\n", what, std::strerror(err));
-	std::exit(1);
-}
+using namespace sdt;
 
 constexpr std::size_t ring_size = 64 * 1024;
 
@@ -52,15 +51,6 @@ struct Half {
 	std::uint64_t tx_base;	// its send ring's copy: our credits go there
 	std::uint8_t gid[16];
 };
-
-template <typename T, auto Fn> struct Del {
-	void operator()(T *p) const noexcept { Fn(p); }
-};
-using Ctx = std::unique_ptr<ibv_context, Del<ibv_context, ibv_close_device>>;
-using Pd = std::unique_ptr<ibv_pd, Del<ibv_pd, ibv_dealloc_pd>>;
-using Cq = std::unique_ptr<ibv_cq, Del<ibv_cq, ibv_destroy_cq>>;
-using Qp = std::unique_ptr<ibv_qp, Del<ibv_qp, ibv_destroy_qp>>;
-using Mr = std::unique_ptr<ibv_mr, Del<ibv_mr, ibv_dereg_mr>>;
 
 void io(int fd, void *buf, std::size_t len, bool out)
 {
@@ -78,21 +68,8 @@ class Link {
 public:
 	explicit Link(int fd)
 	{
-		const char *name = std::getenv("SD_RDMA_DEVICE");
-		const char *gidenv = std::getenv("SD_RDMA_GID");
-		gid_index_ = gidenv ? std::atoi(gidenv) : 1;
-		int n = 0;
-		ibv_device **devs = ibv_get_device_list(&n);
-		if (!devs)
-			die("ibv_get_device_list");
-		for (int i = 0; i < n && !ctx_; i++)
-			if (!std::strcmp(ibv_get_device_name(devs[i]), name ? name : "rxe0"))
-				ctx_.reset(ibv_open_device(devs[i]));
-		ibv_free_device_list(devs);
-		if (!ctx_)
-			die("no such RDMA device", ENODEV);
-		pd_.reset(ibv_alloc_pd(ctx_.get()));
-		cq_.reset(ibv_create_cq(ctx_.get(), 256, nullptr, nullptr, 0));
+		pd_.reset(ibv_alloc_pd(dev_.ctx.get()));
+		cq_.reset(ibv_create_cq(dev_.ctx.get(), 256, nullptr, nullptr, 0));
 		if (!pd_ || !cq_)
 			die("ibv_alloc_pd/ibv_create_cq");
 
@@ -134,10 +111,7 @@ public:
 		mine.rkey = htonl(mr_->rkey);
 		mine.rx_base = htobe64(reinterpret_cast<std::uint64_t>(rx_base_));
 		mine.tx_base = htobe64(reinterpret_cast<std::uint64_t>(tx_base_));
-		ibv_gid gid;
-		if (ibv_query_gid(ctx_.get(), 1, gid_index_, &gid))
-			die("ibv_query_gid");
-		std::memcpy(mine.gid, gid.raw, 16);
+		std::memcpy(mine.gid, dev_.gid.raw, 16);
 		io(fd, &mine, sizeof(mine), true);
 		io(fd, &peer_, sizeof(peer_), false);
 		connect(ntohl(mine.psn));
@@ -186,43 +160,12 @@ public:
 private:
 	void connect(std::uint32_t my_psn)
 	{
-		ibv_qp_attr a = {};
-		a.qp_state = IBV_QPS_INIT;
-		a.port_num = 1;
-		a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-				  IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-			die("QP to INIT");
+		qp_init(qp_.get());
 		// Receives only take write-with-immediate completions.
 		for (int i = 0; i < 64; i++)
 			post_recv();
-		a = {};
-		a.qp_state = IBV_QPS_RTR;
-		a.path_mtu = IBV_MTU_1024;
-		a.dest_qp_num = ntohl(peer_.qpn);
-		a.rq_psn = ntohl(peer_.psn);
-		a.max_dest_rd_atomic = 1;
-		a.min_rnr_timer = 12;
-		a.ah_attr.is_global = 1;
-		std::memcpy(a.ah_attr.grh.dgid.raw, peer_.gid, 16);
-		a.ah_attr.grh.sgid_index = static_cast<std::uint8_t>(gid_index_);
-		a.ah_attr.grh.hop_limit = 1;
-		a.ah_attr.port_num = 1;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-			die("QP to RTR");
-		a = {};
-		a.qp_state = IBV_QPS_RTS;
-		a.timeout = 14;
-		a.retry_cnt = 7;
-		a.rnr_retry = 7;
-		a.sq_psn = my_psn;
-		a.max_rd_atomic = 1;
-		if (ibv_modify_qp(qp_.get(), &a, IBV_QP_STATE | IBV_QP_TIMEOUT |
-				  IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-			die("QP to RTS");
+		qp_connect(qp_.get(), dev_, peer_.gid, ntohl(peer_.qpn), ntohl(peer_.psn), my_psn,
+			   IBV_MTU_1024);
 	}
 
 	void post_recv()
@@ -324,7 +267,7 @@ private:
 		}
 	}
 
-	Ctx ctx_;
+	Device dev_;
 	Pd pd_;
 	Cq cq_;
 	Qp qp_;
@@ -336,7 +279,6 @@ private:
 	std::unique_ptr<sd::Producer> prod_;
 	std::unique_ptr<sd::Consumer> cons_;
 	Half peer_ = {};
-	int gid_index_ = 1;
 	unsigned inflight_ = 0;
 	std::uint64_t writes_ = 0;
 	std::uint64_t sent_credit_ = 0;
