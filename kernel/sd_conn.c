@@ -854,6 +854,55 @@ static void sd_child_inherit(struct sock *child, const struct sock *lsk)
 }
 
 /*
+ * Whether the listeners of @g take @cli, who dialled @dialled: with @rdma,
+ * only if they offer RDMA (-EOPNOTSUPP, and no rule is asked: the client
+ * goes TCP); then the accept rules (-ECONNREFUSED), which speak for the
+ * listener (its owner, its address, the one dialled when it listens on a
+ * wildcard), the client as remote.  Sets *@srv to that address.
+ */
+static int sd_accept_allowed(struct net *net, struct sd_group *g,
+			     const struct sd_addr *dialled,
+			     const struct sd_addr *cli, bool rdma,
+			     struct sd_addr *srv)
+{
+	kgid_t gid = GLOBAL_ROOT_GID;
+	bool offer = false;
+
+	srv->addr = sd_addr_any(&g->addr.addr) ? dialled->addr : g->addr.addr;
+	srv->port = g->addr.port;
+	spin_lock(&g->lock);
+	if (!list_empty(&g->members)) {
+		struct sd_sock *m = list_first_entry(&g->members,
+						     struct sd_sock, group_node);
+
+		gid = m->gid;
+		offer = m->rdma_offer;
+	}
+	spin_unlock(&g->lock);
+	if (rdma && !offer)
+		return -EOPNOTSUPP;
+	if (sd_policy_allows(net, SD_DIR_ACCEPT, g->uid, gid, srv, cli))
+		return 0;
+	sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
+	return -ECONNREFUSED;
+}
+
+/*
+ * Undo sd_child_new() and the connection's creation: nobody but us (and
+ * sdctl) has seen either.
+ */
+static void sd_child_unmake(struct sock *child, struct sd_conn *conn)
+{
+	sd_unhash(child);
+	RCU_INIT_POINTER(conn->end[0], NULL);
+	RCU_INIT_POINTER(conn->end[1], NULL);
+	sd_sk(child)->conn = NULL;
+	sd_conn_put(conn);
+	sd_conn_put(conn);
+	sock_put(child);
+}
+
+/*
  * The server end of a new connection to group @g: @srv its address, @cli
  * the client's; it takes a reference on @conn and is hashed (sdctl sees
  * it), but not yet queued.
@@ -913,26 +962,12 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	struct sd_net *sn = sd_net(net);
 	struct sd_conn *conn;
 	struct sock *child;
-	kuid_t uid = g->uid;
-	kgid_t gid = GLOBAL_ROOT_GID;
 	struct sd_addr srv;
 	int err;
 
-	/*
-	 * Accept rules speak for the listener: its owner, its address (the
-	 * one dialled when it listens on a wildcard), the client as remote.
-	 */
-	srv.addr = sd_addr_any(&g->addr.addr) ? dst->addr : g->addr.addr;
-	srv.port = g->addr.port;
-	spin_lock(&g->lock);
-	if (!list_empty(&g->members))
-		gid = list_first_entry(&g->members, struct sd_sock,
-				       group_node)->gid;
-	spin_unlock(&g->lock);
-	if (!sd_policy_allows(net, SD_DIR_ACCEPT, uid, gid, &srv, &ss->local)) {
-		sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
-		return -ECONNREFUSED;
-	}
+	err = sd_accept_allowed(net, g, dst, &ss->local, false, &srv);
+	if (err)
+		return err;
 
 	conn = sd_conn_alloc(net, sk);
 	if (!conn)
@@ -971,14 +1006,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 		return 0;
 	}
 
-	/* Undo: nobody but us (and sdctl) has seen the connection. */
-	sd_unhash(child);
-	RCU_INIT_POINTER(conn->end[0], NULL);
-	RCU_INIT_POINTER(conn->end[1], NULL);
-	cs->conn = NULL;
-	sd_conn_put(conn);
-	sd_conn_put(conn);
-	sock_put(child);
+	sd_child_unmake(child, conn);
 	return err;
 }
 
@@ -1000,39 +1028,18 @@ int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
 			 const struct sd_addr *cli, struct sd_link *link,
 			 const struct sd_rdma_half *half)
 {
-	struct sd_net *sn = sd_net(net);
-	kgid_t gid = GLOBAL_ROOT_GID;
 	struct sd_conn *conn;
 	struct sd_group *g;
 	struct sock *child;
 	struct sd_addr a;
-	bool offer = false;
 	int err;
 
-	g = sd_group_lookup(sn, srv);
+	g = sd_group_lookup(sd_net(net), srv);
 	if (!g)
 		return -ENOENT;
-	spin_lock(&g->lock);
-	if (!list_empty(&g->members)) {
-		struct sd_sock *m = list_first_entry(&g->members,
-						     struct sd_sock, group_node);
-
-		gid = m->gid;
-		offer = m->rdma_offer;
-	}
-	spin_unlock(&g->lock);
-	err = -EOPNOTSUPP;
-	if (!offer)
+	err = sd_accept_allowed(net, g, srv, cli, true, &a);
+	if (err)
 		goto out;
-
-	/* As for a client of this host (sd_conn_establish()). */
-	a.addr = sd_addr_any(&g->addr.addr) ? srv->addr : g->addr.addr;
-	a.port = g->addr.port;
-	if (!sd_policy_allows(net, SD_DIR_ACCEPT, g->uid, gid, &a, cli)) {
-		sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
-		err = -ECONNREFUSED;
-		goto out;
-	}
 
 	err = -ENOMEM;
 	conn = sd_conn_alloc(net, NULL);
@@ -1056,14 +1063,8 @@ int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
 		sd_stat_inc(net, SD_STAT_BACKLOG_FULL);
 	else
 		err = -ENOENT;	/* the last listener went meanwhile */
-	/* Undo: nobody but us (and sdctl) has seen the connection. */
 	sd_link_detach(link, conn);
-	sd_unhash(child);
-	RCU_INIT_POINTER(conn->end[1], NULL);
-	sd_sk(child)->conn = NULL;
-	sd_conn_put(conn);
-	sd_conn_put(conn);
-	sock_put(child);
+	sd_child_unmake(child, conn);
 out:
 	sd_group_put(g);
 	return err;

@@ -684,7 +684,7 @@ static int sd_rdma_setsockopt(struct sock *sk, int optname, sockptr_t optval,
 			      unsigned int optlen)
 {
 	struct sd_sock *ss = sd_sk(sk);
-	struct sd_rdma_half *half;
+	struct sd_rdma_half h, *half;
 	struct sd_link *link;
 	int val, err;
 
@@ -711,22 +711,17 @@ static int sd_rdma_setsockopt(struct sock *sk, int optname, sockptr_t optval,
 		return -ENOPROTOOPT;
 	}
 
-	if (optlen != sizeof(*half))
+	if (optlen != sizeof(h))
 		return -EINVAL;
-	half = kmalloc(sizeof(*half), GFP_KERNEL);
+	if (copy_from_sockptr(&h, optval, sizeof(h)))
+		return -EFAULT;
+	link = sd_rdma_link(sk);
+	if (link)	/* the accepting side: its monitor sends it */
+		return sd_link_set_local(link, &h);
+	/* The connecting side: kept for the request, freed with sk. */
+	half = kmemdup(&h, sizeof(h), GFP_KERNEL);
 	if (!half)
 		return -ENOMEM;
-	if (copy_from_sockptr(half, optval, sizeof(*half))) {
-		kfree(half);
-		return -EFAULT;
-	}
-	link = sd_rdma_link(sk);
-	if (link) {
-		/* The accepting side: its monitor sends it. */
-		err = sd_link_set_local(link, half);
-		kfree(half);
-		return err;
-	}
 	lock_sock(sk);
 	if (ss->conn)
 		err = -ENOTCONN;	/* a connection of this host */

@@ -822,12 +822,26 @@ void sd_link_go(struct sd_link *link)
 	queue_work(sd_rdv_wq, &link->rx_work);
 }
 
-static void sd_link_release(struct sd_link *link, u8 how)
+/*
+ * Send CLOSE(@how) unless the link ended already, without waiting: 16
+ * bytes on an idle socket; if they do not fit, the peer sees a reset
+ * anyway.  Under send_lock.
+ */
+static void sd_link_send_close(struct sd_link *link, u8 how)
 {
 	struct sd_rdv_close msg = {};
 	struct kvec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
 	struct msghdr mh = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
 
+	if (!link->sock || READ_ONCE(link->ended))
+		return;
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
+	msg.how = how;
+	kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
+}
+
+static void sd_link_release(struct sd_link *link, u8 how)
+{
 	mutex_lock(&link->send_lock);
 	if (!link->sock)
 		goto out;
@@ -839,11 +853,8 @@ static void sd_link_release(struct sd_link *link, u8 how)
 		 * next keepalive probe is answered with a reset too.
 		 */
 		sock_no_linger(link->sock->sk);
-	} else if (how && !READ_ONCE(link->ended)) {
-		/* 16 bytes on an idle socket; if they do not fit, a reset. */
-		sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
-		msg.how = how;
-		kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
+	} else if (how) {
+		sd_link_send_close(link, how);
 	}
 	sock_release(link->sock);
 	link->sock = NULL;
@@ -883,16 +894,8 @@ void sd_link_close(struct sd_link *link, bool clean)
 /* The bridge gave up (SD_RDMA_OP_RESET): reset both ends. */
 void sd_link_fail(struct sd_link *link)
 {
-	struct sd_rdv_close msg = {};
-	struct kvec iov = { .iov_base = &msg, .iov_len = sizeof(msg) };
-	struct msghdr mh = { .msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL };
-
 	mutex_lock(&link->send_lock);
-	if (link->sock && !READ_ONCE(link->ended)) {
-		sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
-		msg.how = SD_RDV_CLOSE_RESET;
-		kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
-	}
+	sd_link_send_close(link, SD_RDV_CLOSE_RESET);
 	mutex_unlock(&link->send_lock);
 	sd_link_end(link, true);
 }
