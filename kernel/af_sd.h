@@ -137,6 +137,13 @@ struct sd_conn {
 	 * connection is published, never changed.  NULL: both ends here.
 	 */
 	struct sd_link		*link;
+	/*
+	 * The bridge's descriptor of an RDMA connection (sd_bridge.c):
+	 * bridged once it was made, bridge_gone once it was closed.  Under
+	 * lock; neither is ever cleared.
+	 */
+	bool			bridged;
+	bool			bridge_gone;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
@@ -404,6 +411,7 @@ int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
 			 const struct sd_rdma_half *half);
 void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset);
 void sd_conn_remote_fin(struct sock *sk);
+void sd_conn_bridge_fail(struct sd_conn *conn, u8 side);
 
 /* sd_data.c: send, receive, poll, ioctl, options */
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len);
@@ -481,6 +489,10 @@ int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half);
 int sd_link_get_peer(struct sd_link *link, struct sd_rdma_half *half,
 		     long timeo);
 int sd_link_set_eventfd(struct sd_link *link, int fd);
+
+/* sd_bridge.c: the bridge's descriptor of an RDMA connection */
+int sd_bridge_open(struct sock *sk);
+int sd_rdma_op(struct sock *sk, struct sd_link *link, u32 op);
 
 /* sd_netlink.c */
 int sd_netlink_init(void);

@@ -1456,7 +1456,7 @@ void sd_conn_close(struct sock *sk, bool reset)
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn = ss->conn;
 	struct sock *peer;
-	bool clean;
+	bool clean, bridge;
 
 	if (!conn || READ_ONCE(conn->gone[ss->side]))
 		return;
@@ -1472,6 +1472,8 @@ void sd_conn_close(struct sock *sk, bool reset)
 					 lockdep_is_held(&conn->lock));
 	RCU_INIT_POINTER(conn->end[ss->side], NULL);
 	sd_conn_leave(conn, ss->side, peer, reset);
+	/* A bridge that is still there carries the rest (sd_bridge.c). */
+	bridge = conn->bridged && !conn->bridge_gone;
 	spin_unlock(&conn->lock);
 	if (peer) {
 		sd_wake(peer);
@@ -1479,7 +1481,11 @@ void sd_conn_close(struct sock *sk, bool reset)
 			sk_error_report(peer);
 	}
 	rcu_read_unlock();
-	if (conn->link)
+	if (!conn->link)
+		return;
+	if (bridge && !reset)
+		sd_link_kick(conn->link);
+	else
 		sd_link_close(conn->link, clean);
 }
 
@@ -1505,6 +1511,22 @@ void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset)
 	}
 	sk = rcu_dereference_protected(conn->end[side],
 				       lockdep_is_held(&conn->lock));
+	if (!reset && conn->bridged && !conn->bridge_gone) {
+		/*
+		 * The peer's data may still be on its way through the
+		 * bridge, which gives the end of stream once it landed
+		 * (SD_RDMA_OP_FIN); what this end sends from now on is
+		 * refused, as after TCP's RST.
+		 */
+		WRITE_ONCE(conn->gone[!side], true);
+		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_CONS,
+				  SD_RING_CLOSED);
+		spin_unlock(&conn->lock);
+		if (sk)
+			sk->sk_write_space(sk);
+		rcu_read_unlock();
+		return;
+	}
 	sd_conn_leave(conn, !side, sk, reset);
 	spin_unlock(&conn->lock);
 	if (sk) {
@@ -1512,6 +1534,35 @@ void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset)
 		if (reset)
 			sk_error_report(sk);
 	}
+	rcu_read_unlock();
+}
+
+/**
+ * sd_conn_bridge_fail - the bridge of an open RDMA connection went
+ * @conn: the connection
+ * @side: the socket's index in conn->end[]
+ *
+ * Nothing carries the socket's data any more: it sees a reset, even if
+ * the peer had ended cleanly (its end of stream may not have landed).
+ * Called with no lock held.
+ */
+void sd_conn_bridge_fail(struct sd_conn *conn, u8 side)
+{
+	struct sock *sk;
+
+	rcu_read_lock();
+	spin_lock(&conn->lock);
+	sk = rcu_dereference_protected(conn->end[side],
+				       lockdep_is_held(&conn->lock));
+	if (!sk || READ_ONCE(conn->reset)) {
+		spin_unlock(&conn->lock);
+		rcu_read_unlock();
+		return;
+	}
+	sd_conn_leave(conn, !side, sk, true);
+	spin_unlock(&conn->lock);
+	sd_wake(sk);
+	sk_error_report(sk);
 	rcu_read_unlock();
 }
 

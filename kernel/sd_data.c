@@ -611,6 +611,8 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	}
 	case SD_IOC_RDMA:
 		return sd_rdma_ioctl(sk, (u32 __user *)arg);
+	case SD_IOC_RDMA_BRIDGE:
+		return sd_bridge_open(sk);
 	case SIOCINQ:
 		lock_sock(sk);
 		if (sk->sk_state == TCP_LISTEN)
@@ -659,24 +661,7 @@ static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg)
 		return -EFAULT;
 	if (!link)
 		return -ENOTCONN;
-	switch (op) {
-	case SD_RDMA_OP_DATA:
-		sk->sk_data_ready(sk);
-		return 0;
-	case SD_RDMA_OP_ROOM:
-		sk->sk_write_space(sk);
-		return 0;
-	case SD_RDMA_OP_FIN:
-		lock_sock(sk);
-		sd_conn_remote_fin(sk);
-		release_sock(sk);
-		return 0;
-	case SD_RDMA_OP_RESET:
-		sd_link_fail(link);
-		return 0;
-	default:
-		return -EINVAL;
-	}
+	return sd_rdma_op(sk, link, op);
 }
 
 /* setsockopt(SOL_SD, SD_RDMA_*). */

@@ -884,7 +884,8 @@ void sd_link_put(struct sd_link *link)
  * @clean: everything this end sent reached the peer's ring
  *
  * Tells the peer's monitor (CLOSE), then closes the link.  Called with the
- * local end's socket locked.
+ * local end's socket locked, or by the release of the bridge's descriptor
+ * (no lock held) once the socket went.
  */
 void sd_link_close(struct sd_link *link, bool clean)
 {

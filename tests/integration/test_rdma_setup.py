@@ -167,6 +167,9 @@ AF_SD, SOL_SD, SD_PROTO_INET = 18, 0x5344, 0x10002
 SD_RDMA_OFFER, SD_RDMA_LOCAL, SD_RDMA_PEER = 4, 5, 6
 SD_RDMA_EVENTFD, SD_TRANSPORT = 7, 8
 SD_IOC_RDMA = 0x400453D6        # _IOW('S', 0xD6, __u32)
+SD_IOC_RDMA_BRIDGE = 0x53D7     # _IO('S', 0xD7)
+SD_IOC_RDMA_PEER = 0x805053D8   # _IOR('S', 0xD8, struct sd_rdma_half)
+SD_MMAP_OFFSETS = 1
 S = {}
 _out = threading.Lock()
 
@@ -279,6 +282,41 @@ def set_half(name, half):
 
 def rdma_ioctl(name, op):
     fcntl.ioctl(S[name].fileno(), SD_IOC_RDMA, struct.pack("I", op))
+
+
+def bridge(name):
+    """The bridge's descriptor of S[name], as S[name + 'b']."""
+    S[name + "b"] = fcntl.ioctl(S[name].fileno(), SD_IOC_RDMA_BRIDGE, 0)
+    return S[name + "b"]
+
+
+def bridge_op(name, op):
+    fcntl.ioctl(S[name + "b"], SD_IOC_RDMA, struct.pack("I", op))
+
+
+def bridge_peer(name):
+    return fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_PEER, bytes(80))
+
+
+def bridge_close(name):
+    os.close(S.pop(name + "b"))
+
+
+def bridge_maps(name):
+    """Map both rings through the bridge's descriptor: their lengths, and
+    the errno of an offset that is neither."""
+    import mmap
+    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 208)
+    lens = [struct.unpack_from("Q", off, 40)[0],
+            struct.unpack_from("Q", off, 104 + 40)[0]]
+    got = []
+    for pgoff, ln in zip((0, 0x80000000), lens):
+        m = mmap.mmap(S[name + "b"], ln, mmap.MAP_SHARED,
+                      mmap.PROT_READ | mmap.PROT_WRITE, offset=pgoff)
+        got.append(len(m))
+        m.close()
+    return got, E(mmap.mmap, S[name + "b"], 4096, mmap.MAP_SHARED,
+                  mmap.PROT_READ, 0, 4096 * 7)
 
 
 def linger0(name):
@@ -1112,6 +1150,97 @@ def test_a_dropped_link_resets_both_ends(h):
     assert took <= 30, f"reset after {took:.1f} s"
     assert da().get("rdma_resets", 0) >= 1, da()
     assert db().get("rdma_resets", 0) >= 1, db()
+
+
+# ---- the bridge's descriptor ----------------------------------------------
+
+def test_bridge_descriptor_is_one_per_rdma_connection(h):
+    """SD_IOC_RDMA_BRIDGE: a descriptor on an RDMA connection, EBUSY the
+    second time, ENOTCONN on a listener; it maps both rings (an unknown
+    offset is EINVAL), gives the peer's half without waiting (EAGAIN
+    before it came), and refuses unknown ioctls (ENOTTY)."""
+    rdma_connect(h, server_half=False)
+    assert h.a.call("return bridge('c')") >= 0
+    assert h.a.err("bridge('c')") == "EBUSY"
+    assert h.b.err("bridge('lst')") == "ENOTCONN"
+    assert h.a.err("bridge_peer('c')") == "EAGAIN"
+    hb = new_half()
+    h.b.call(f"set_half('s', {hb!r})")
+    assert wait_for(lambda: h.a.call("return E(bridge_peer, 'c')") == "OK", 10)
+    assert h.a.call("return bridge_peer('c')") == hb
+    lens, bad = h.a.call("return bridge_maps('c')")
+    assert all(n > 0 for n in lens) and bad == "EINVAL", (lens, bad)
+    assert h.a.call("return E(fcntl.ioctl, S['cb'], 0x5301, 0)") == "ENOTTY"
+    assert h.a.call("return [E(bridge_op, 'c', op) for op in (0, 9)]") == \
+        ["EINVAL", "EINVAL"]
+
+
+def test_socket_close_leaves_the_end_to_the_bridge(h):
+    """The program's close releases the socket at once (its eventfd says
+    so), but the peer hears of the end only when the bridge lets go: a
+    clean end when the bridge took everything, a reset when it did not."""
+    rdma_connect(h, "c1", "s1")
+    rdma_connect(h, "c2", "s2", listen=False)
+    for c in ("c1", "c2"):
+        h.a.call(f"""
+            bridge({c!r})
+            S[{c!r} + 'e'] = os.eventfd(0, os.EFD_NONBLOCK)
+            S[{c!r}].setsockopt(SOL_SD, SD_RDMA_EVENTFD, S[{c!r} + 'e'])""")
+    da, db = Counters(A), Counters(B)
+    w1 = h.b.start("return recv('s1', timeout=20)")
+    h.a.call("close('c1')")
+    assert h.a.call("return efd_wait(S['c1e'], 10)") > 0
+    time.sleep(1)
+    assert not w1.done(), w1.reply
+    h.a.call("bridge_close('c1')")
+    assert w1.result(25) == b""
+    w2 = h.b.start("return recv('s2', timeout=20)")
+    h.a.call("S['c2'].send(b'x' * 100); close('c2')")
+    time.sleep(1)
+    assert not w2.done(), w2.reply
+    h.a.call("bridge_close('c2')")
+    assert w2.err(25) == "ECONNRESET"
+    assert "rdma_resets" not in da(), da()
+    assert db().get("rdma_resets") == 1, db()
+
+
+def test_bridge_gone_while_the_socket_is_open_resets(h):
+    """Nothing carries an open socket whose bridge went: both ends are
+    reset, also when the peer had ended cleanly before."""
+    rdma_connect(h, "c1", "s1")
+    rdma_connect(h, "c2", "s2", listen=False)
+    h.a.call("bridge('c1'); bridge('c2')")
+    wc = h.a.start("return recv('c1', timeout=20)")
+    ws = h.b.start("return recv('s1', timeout=20)")
+    h.a.call("bridge_close('c1')")
+    assert wc.err(25) == "ECONNRESET"
+    assert ws.err(25) == "ECONNRESET"
+    h.b.call("close('s2')")
+    time.sleep(1)
+    h.a.call("bridge_close('c2')")
+    assert h.a.err("recv('c2', timeout=5)") in ("ECONNRESET", "EPIPE")
+
+
+def test_peer_end_waits_for_the_bridge_fin(h):
+    """With a bridge, the peer's clean end (its monitor's CLOSE) refuses
+    further sends but is not the end of the stream: the bridge gives that
+    (SD_RDMA_OP_FIN on its descriptor), once the peer's data landed.
+    Operations on the descriptor of a closed socket are no-ops."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    w = h.a.start("return recv('c', timeout=20)")
+    h.b.call("close('s')")
+    time.sleep(1)
+    assert not w.done(), w.reply
+    h.a.call(f"bridge_op('c', {OP_DATA}); bridge_op('c', {OP_ROOM})")
+    time.sleep(0.5)
+    assert not w.done(), w.reply
+    h.a.call(f"bridge_op('c', {OP_FIN})")
+    assert w.result(25) == b""
+    h.a.call("close('c')")
+    assert h.a.call(f"return [E(bridge_op, 'c', op) for op in (1, 2, 3)]") \
+        == ["OK"] * 3
+    h.a.call("bridge_close('c')")
 
 
 # ---- eventfd ----------------------------------------------------------------

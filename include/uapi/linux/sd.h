@@ -135,6 +135,26 @@ struct sd_rdma_half {
 #define SD_RDMA_OP_RESET	4
 
 /*
+ * The bridge's own descriptor.  ioctl(fd, SD_IOC_RDMA_BRIDGE) on an RDMA
+ * connection returns a new descriptor (close-on-exec) for the connection,
+ * one per connection (EBUSY the second time).  It maps the two rings at
+ * the socket's offsets (SD_PGOFF_TX_RING is still the socket's send ring,
+ * which the bridge consumes), takes SD_IOC_RDMA and SD_IOC_RDMA_PEER (the
+ * peer's half; EAGAIN until it came, never waits), and does not keep the
+ * socket: the program's last close releases the socket at once, as TCP's
+ * does, and the rings say so (SD_RING_FIN on the send ring,
+ * SD_RING_CLOSED on the receive ring's consumer flags).  The bridge then
+ * carries what is left and closes this descriptor; the peer's monitor is
+ * told the connection ended cleanly if everything sent was taken from the
+ * send ring, with a reset otherwise.  Closed while the socket is still
+ * open, it resets the connection.  While a bridge descriptor exists, the
+ * end of the peer's stream is the bridge's to give (SD_RDMA_OP_FIN), not
+ * the peer's monitor's.
+ */
+#define SD_IOC_RDMA_BRIDGE	_IO('S', 0xD7)
+#define SD_IOC_RDMA_PEER	_IOR('S', 0xD8, struct sd_rdma_half)
+
+/*
  * Rings.
  *
  * A connected AF_SD socket has two rings: TX, which this end produces and

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * AF_SD: the bridge's own descriptor of an RDMA connection.
+ *
+ * libsd's bridge stands in for the remote end of an RDMA connection's two
+ * rings (Documentation/rdma.rst).  It cannot know when the program's last
+ * descriptor of the socket goes (dup, fork, SCM_RIGHTS), so it does not
+ * hold the socket: it holds this descriptor, which holds the connection
+ * (its rings and its link) and the netns, but not the socket.  The
+ * program's last close releases the socket at once; the bridge sees the
+ * end in the rings, carries what is left and closes this descriptor, and
+ * only then is the peer's monitor told how the connection ended.
+ *
+ * Who tells the peer's monitor is decided under conn->lock: the socket's
+ * close leaves it to a bridge that is still there (conn->bridged and not
+ * conn->bridge_gone), and a bridge that goes while the socket is still
+ * open resets the connection.
+ */
+#include <linux/anon_inodes.h>
+#include <linux/file.h>
+#include <linux/fs.h>
+#include <linux/mm.h>
+#include <linux/uaccess.h>
+#include <net/net_namespace.h>
+
+#include "af_sd.h"
+
+struct sd_bridge {
+	struct sd_conn	*conn;		/* a reference */
+	struct net	*net;		/* a reference: the link's netns */
+	u8		side;		/* the socket's index in conn->end[] */
+};
+
+/*
+ * The socket of the bridge's connection, with a reference, or NULL once
+ * it closed.  Every AF_SD socket is freed after a grace period, so it may
+ * be looked at under RCU while its last reference goes.
+ */
+static struct sock *sd_bridge_sock(struct sd_bridge *b)
+{
+	struct sock *sk;
+
+	rcu_read_lock();
+	sk = rcu_dereference(b->conn->end[b->side]);
+	if (sk && !refcount_inc_not_zero(&sk->sk_refcnt))
+		sk = NULL;
+	rcu_read_unlock();
+	return sk;
+}
+
+/**
+ * sd_rdma_op - an SD_IOC_RDMA operation from the bridge
+ * @sk: the connection's socket, or NULL when it is closed
+ * @link: the connection's link
+ * @op: SD_RDMA_OP_*
+ *
+ * Wake-ups and the end of the peer's stream go to a socket that is still
+ * there (and are nothing otherwise); a reset goes to both ends.
+ */
+int sd_rdma_op(struct sock *sk, struct sd_link *link, u32 op)
+{
+	switch (op) {
+	case SD_RDMA_OP_DATA:
+		if (sk)
+			sk->sk_data_ready(sk);
+		return 0;
+	case SD_RDMA_OP_ROOM:
+		if (sk)
+			sk->sk_write_space(sk);
+		return 0;
+	case SD_RDMA_OP_FIN:
+		if (sk) {
+			lock_sock(sk);
+			sd_conn_remote_fin(sk);
+			release_sock(sk);
+		}
+		return 0;
+	case SD_RDMA_OP_RESET:
+		sd_link_fail(link);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
+			    unsigned long arg)
+{
+	struct sd_bridge *b = file->private_data;
+	struct sd_link *link = b->conn->link;
+	struct sd_rdma_half half;
+	struct sock *sk;
+	u32 op;
+	int err;
+
+	switch (cmd) {
+	case SD_IOC_RDMA:
+		if (get_user(op, (u32 __user *)arg))
+			return -EFAULT;
+		sk = sd_bridge_sock(b);
+		err = sd_rdma_op(sk, link, op);
+		if (sk)
+			sock_put(sk);
+		/* Even after the peer's clean end, which may not have landed. */
+		if (!err && op == SD_RDMA_OP_RESET)
+			sd_conn_bridge_fail(b->conn, b->side);
+		return err;
+	case SD_IOC_RDMA_PEER:
+		err = sd_link_get_peer(link, &half, 0);
+		if (err)
+			return err;
+		if (copy_to_user((void __user *)arg, &half, sizeof(half)))
+			return -EFAULT;
+		return 0;
+	default:
+		return -ENOTTY;
+	}
+}
+
+/* The rings, at the socket's offsets. */
+static int sd_bridge_mmap(struct file *file, struct vm_area_struct *vma)
+{
+	struct sd_bridge *b = file->private_data;
+	u64 off = (u64)vma->vm_pgoff << PAGE_SHIFT;
+
+	switch (off) {
+	case SD_PGOFF_TX_RING:
+		return sd_ring_mmap(&b->conn->ring[b->side], vma);
+	case SD_PGOFF_RX_RING:
+		return sd_ring_mmap(&b->conn->ring[!b->side], vma);
+	default:
+		return -EINVAL;
+	}
+}
+
+/*
+ * The bridge let go (its last descriptor and mapping went).  If the socket
+ * closed first, this is the end of the connection: the peer's monitor
+ * hears it was clean if the bridge took everything the socket sent.  If
+ * the socket is still open, nothing carries its data any more: reset.
+ */
+static int sd_bridge_release(struct inode *inode, struct file *file)
+{
+	struct sd_bridge *b = file->private_data;
+	struct sd_conn *conn = b->conn;
+	bool open, clean;
+
+	spin_lock(&conn->lock);
+	open = !conn->gone[b->side];
+	conn->bridge_gone = true;
+	spin_unlock(&conn->lock);
+
+	if (open) {
+		sd_link_fail(conn->link);
+		sd_conn_bridge_fail(conn, b->side);
+	} else {
+		/* The socket is gone: nobody produces into the send ring. */
+		clean = !READ_ONCE(conn->reset) &&
+			sd_ring_drained(&conn->ring[b->side]);
+		sd_link_close(conn->link, clean);
+	}
+	sd_conn_put(conn);
+	put_net(b->net);
+	kfree(b);
+	return 0;
+}
+
+static const struct file_operations sd_bridge_fops = {
+	.owner		= THIS_MODULE,
+	.release	= sd_bridge_release,
+	.unlocked_ioctl	= sd_bridge_ioctl,
+	.compat_ioctl	= compat_ptr_ioctl,
+	.mmap		= sd_bridge_mmap,
+	.llseek		= noop_llseek,
+};
+
+/**
+ * sd_bridge_open - SD_IOC_RDMA_BRIDGE: the bridge's descriptor
+ * @sk: an AF_SD socket
+ *
+ * Returns the new descriptor, -ENOTCONN when @sk is not an RDMA
+ * connection, -EBUSY when its connection has a bridge already (or had
+ * one), -EPIPE when it is closing.  Takes @sk's lock.
+ */
+int sd_bridge_open(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_conn *conn;
+	struct sd_bridge *b;
+	int err, fd;
+
+	b = kzalloc(sizeof(*b), GFP_KERNEL);
+	if (!b)
+		return -ENOMEM;
+
+	lock_sock(sk);
+	conn = ss->conn;
+	err = -ENOTCONN;
+	if (!conn || !conn->link)
+		goto out_unlock;
+	spin_lock(&conn->lock);
+	if (conn->bridged)
+		err = -EBUSY;
+	else if (conn->gone[ss->side])
+		err = -EPIPE;
+	else
+		err = 0;
+	spin_unlock(&conn->lock);
+	if (err)
+		goto out_unlock;
+	refcount_inc(&conn->ref);
+	b->conn = conn;
+	b->side = ss->side;
+	b->net = get_net(sock_net(sk));
+
+	fd = anon_inode_getfd("[sd_bridge]", &sd_bridge_fops, b,
+			      O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		err = fd;
+		goto out_put;
+	}
+	/*
+	 * Published only once the descriptor exists, so that the socket's
+	 * close never leaves the end to a bridge that will not be (the
+	 * socket cannot close meanwhile: we hold its lock).  Another
+	 * thread may close the new descriptor before this: that release
+	 * found the socket open and reset the connection, and bridged is
+	 * then harmless (bridge_gone is set).
+	 */
+	spin_lock(&conn->lock);
+	conn->bridged = true;
+	spin_unlock(&conn->lock);
+	release_sock(sk);
+	return fd;
+
+out_put:
+	put_net(b->net);
+	sd_conn_put(conn);
+out_unlock:
+	release_sock(sk);
+	kfree(b);
+	return err;
+}
