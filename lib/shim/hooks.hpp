@@ -16,8 +16,10 @@
 // When the shim calls a hook:
 //   - for calls on one descriptor: only when the fd is an AF_SD socket
 //     (FdTable::kind), never for any other fd;
-//   - socket, socketpair, fork: on every call (redirection of AF_INET and
-//     the token hand-over on fork need them whatever the family);
+//   - socket, socketpair, fork, _exit: on every call (redirection of
+//     AF_INET, the token hand-over on fork and the RDMA bridge's drain
+//     need them whatever the family); the _exit hook never handles the
+//     call;
 //   - poll, ppoll, select, pselect: when one of the fds is an AF_SD socket;
 //     epoll_wait, epoll_pwait, epoll_pwait2: when an AF_SD socket was added
 //     to that epoll fd; epoll_create, epoll_create1 and epoll_ctl: on every
@@ -66,3 +68,7 @@
 
 bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
+
+// The RDMA bridge (rdma.cpp): offer RDMA on a connect to another host and
+// make the connect; false when the real connect is still to make.
+bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *result) noexcept;

@@ -86,10 +86,11 @@ def echo(peer):
     srv.kill()
 
 
-def client(peer, n=2):
+def client(peer, n=2, env=None):
     out = subprocess.run([SDRUN, sys.executable, "-c", CLIENT, peer.remote,
                           str(APP_PORT), str(n)], capture_output=True,
-                         text=True, timeout=300)
+                         text=True, timeout=300,
+                         env=dict(os.environ, **(env or {})))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
@@ -121,14 +122,23 @@ def test_host_without_a_monitor_gets_tcp(peer, settings, echo):
 
 
 def test_two_monitors_agree_on_tcp_without_rdma(peer, settings, echo):
+    """The client's process offers no RDMA (SD_RDMA=0): no_rdma, asked
+    once, then cached.  Offering it (libsd does when the host has a
+    device) to a plain TCP server: the other monitor finds no AF_SD
+    listener there, no_listener, asked for each connection."""
     sysctl("rendezvous_port", RDV_PORT)
     peer_sysctl(peer, "rendezvous_port", RDV_PORT)
     before, pbefore = stats(), stats(peer)
-    client(peer)
+    client(peer, env={"SD_RDMA": "0"})
     d, pd = delta(before, stats()), delta(pbefore, stats(peer))
     assert d.get("fallback_no_rdma") == 2, d
     assert d.get("rdv_asked") == 1, d
     assert pd.get("rdv_answered") == 1 and "rdv_failed" not in pd, pd
+    before, pbefore = stats(), stats(peer)
+    client(peer)
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("fallback_no_listener") == 2 and d.get("rdv_asked") == 2, d
+    assert pd.get("rdv_answered") == 2 and "rdv_failed" not in pd, pd
 
 
 def test_peer_killed_mid_transfer_is_an_error_not_a_hang(peer, settings):
@@ -227,6 +237,31 @@ def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
     d, pd = delta(before, stats()), delta(pbefore, stats(peer))
     assert d.get("rdma_connects") == 1 and "rdma_resets" not in d, d
     assert pd.get("rdma_queued") == 1 and "rdma_resets" not in pd, pd
+
+
+def test_unmodified_programs_over_rdma(peer, settings):
+    """Plain TCP programs under sdrun on both hosts (Python's socket
+    module: an echo server on B, a client on A), nothing in them about
+    AF_SD or RDMA: libsd offers RDMA on the listener and on the connect,
+    its bridge carries both connections, every byte of 2 x 200 kB comes
+    back as sent, and both monitors count two RDMA connections and no
+    reset."""
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(APP_PORT + 1)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", CLIENT, peer.remote,
+                              str(APP_PORT + 1), "2"], capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    finally:
+        srv.kill()
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("rdma_connects") == 2 and "rdma_resets" not in d, d
+    assert pd.get("rdma_queued") == 2 and "rdma_resets" not in pd, pd
 
 
 @pytest.mark.parametrize("how", ["kill", "link", "device"])

@@ -1,0 +1,1103 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+//
+// The RDMA bridge of the preload shim (Documentation/rdma.rst, "The bridge
+// in libsd").  An AF_SD connection to another host that both monitors
+// agreed to carry over RDMA has its two rings here as on one host; this
+// process's bridge stands in for the remote end of both.  It consumes the
+// send ring into RDMA writes with immediate into the peer's landing area,
+// lands the peer's writes into the receive ring, and returns credits the
+// same way.  The program's own calls (libsd's fast path or the kernel's)
+// see an ordinary AF_SD connection.
+//
+// One device per process (the first whose GID table holds the local
+// address of a connection), one protection domain, one bridge thread with
+// one completion channel and a completion queue per 64 connections, all
+// connections of the process sharing them.  Adaptive batching: a send
+// finds the link idle and goes as one write at once; while writes are in
+// flight what the program sends gathers in the send ring and the next
+// write takes all of it.
+//
+// libibverbs is opened with dlopen on first use, so a process on a machine
+// without rdma-core, or without a device, runs as before: its sockets never
+// offer RDMA, and its connections to other hosts are TCP.
+//
+// The wire between two bridges (the same as tests/progs/sd_rdma_bridge's):
+// the peer's landing area (a byte ring of ring_size bytes, in its half)
+// receives stream bytes at their stream offset modulo its size; each write
+// carries immediate data: the byte count, or IMM_FIN (no more bytes), or
+// IMM_CREDIT (the 8-byte word at the half's credit_addr now holds how many
+// landing bytes the peer took).
+#include "hooks.hpp"
+
+#include "../ring.hpp"
+#include "fast.hpp"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <new>
+
+using namespace sd::shim;
+
+namespace {
+
+constexpr std::uint32_t LAND_SIZE = 256 * 1024;
+constexpr std::uint32_t IMM_FIN = 1U << 31;
+constexpr std::uint32_t IMM_CREDIT = 1U << 30;
+constexpr unsigned DATA_INFLIGHT = 8;	// data writes in flight, per connection
+constexpr unsigned SEND_WR = 16;	// all writes in flight (data, credit, fin)
+constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
+constexpr unsigned LINKS_PER_CQ = 64;
+constexpr unsigned MAX_CQS = 16;
+constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
+constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
+constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
+
+// ---- libibverbs, opened on first use --------------------------------------
+
+// The functions of libibverbs used here (the rest are inline in its
+// header, through the context's operations).
+#define SD_VERBS(X)                                                                \
+	X(ibv_get_device_list) X(ibv_free_device_list) X(ibv_open_device)          \
+	X(ibv_close_device) X(ibv_query_gid) X(ibv_alloc_pd)                       \
+	X(ibv_create_comp_channel) X(ibv_create_cq) X(ibv_destroy_cq)              \
+	X(ibv_create_qp) X(ibv_destroy_qp) X(ibv_modify_qp) X(ibv_reg_mr)          \
+	X(ibv_dereg_mr) X(ibv_get_cq_event) X(ibv_ack_cq_events)
+
+struct Verbs {
+#define SD_VERB(name) decltype(&::name) name;
+	SD_VERBS(SD_VERB)
+#undef SD_VERB
+
+	bool load() noexcept
+	{
+		void *h = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+		if (!h)
+			return false;
+		bool ok = true;
+#define SD_VERB(name)                                                              \
+	name = reinterpret_cast<decltype(name)>(dlsym(h, #name));                  \
+	ok = ok && name;
+		SD_VERBS(SD_VERB)
+#undef SD_VERB
+		return ok;	// h stays open: its objects live as long as we do
+	}
+};
+
+constinit Verbs v = {};
+
+// ---- one connection ------------------------------------------------------
+
+enum class State { WAIT_PEER, RUN };
+
+struct Link {
+	int bfd = -1;			// the bridge's descriptor (SD_IOC_RDMA_BRIDGE)
+	unsigned slot = 0;
+	std::uint32_t gen = 0;
+	State state = State::WAIT_PEER;
+	ibv_qp *qp = nullptr;
+	ibv_mr *mr = nullptr;
+	unsigned char *mem = nullptr;	// landing | mirror | credit words
+	std::size_t mem_len = 0;
+	unsigned char *landing = nullptr, *mirror = nullptr;
+	std::uint64_t *peer_took = nullptr, *my_took = nullptr;
+	void *tx_map = MAP_FAILED, *rx_map = MAP_FAILED;
+	std::size_t tx_len = 0, rx_len = 0;
+	const std::uint32_t *rx_cons_flags = nullptr;
+	const std::uint32_t *tx_cons_flags = nullptr;
+	alignas(sd::Producer) unsigned char prod_buf[sizeof(sd::Producer)];
+	alignas(sd::Consumer) unsigned char cons_buf[sizeof(sd::Consumer)];
+	bool have_rings = false;
+	bool started = false;		// the thread's (under hub.lock)
+	sd_rdma_half mine = {}, peer = {};
+	std::uint64_t sent = 0, arrived = 0, copied = 0, credited = 0;
+	unsigned inflight = 0, data_inflight = 0;
+	bool tx_done = false, rx_done = false, peer_fin = false, failed = false;
+
+	sd::Producer &prod() { return *std::launder(reinterpret_cast<sd::Producer *>(prod_buf)); }
+	sd::Consumer &cons() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons_buf)); }
+};
+
+// ---- the process's device and its bridge thread ----------------------------
+
+struct Hub {
+	pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;	// all but the thread's own
+	int avail = 0;			// 0: not known yet, 1: a device, -1: none
+	ibv_context *ctx = nullptr;
+	std::uint8_t gid_index = 0;
+	ibv_gid gid = {};
+	ibv_pd *pd = nullptr;
+	ibv_comp_channel *chan = nullptr;
+	ibv_cq *cq[MAX_CQS] = {};
+	int ev = -1;			// the module's kicks and ours
+	bool thread = false;
+	std::atomic<bool> exiting{false};
+	// Slots: set under lock by the hooks, taken by the thread.
+	Link *slots[MAX_LINKS] = {};
+	std::uint32_t gens[MAX_LINKS] = {};
+	std::atomic<unsigned> live{0};
+	std::atomic<std::uint64_t> progress{0};
+};
+
+constinit Hub hub;
+
+// A work request's id: the link's slot (bits 0-31) and generation (32-61),
+// and what it is: a receive (bit 62), a write of data (bit 63).
+constexpr std::uint64_t WR_RECV = 1ULL << 62;
+constexpr std::uint64_t WR_DATA = 1ULL << 63;
+constexpr std::uint32_t GEN_MASK = 0x3fffffff;
+
+std::uint64_t wr_id(const Link &l)
+{
+	return (std::uint64_t{l.gen & GEN_MASK} << 32) | l.slot;
+}
+
+void kick() noexcept
+{
+	const std::uint64_t one = 1;
+	(void)!real::write()(hub.ev, &one, sizeof(one));
+}
+
+// Whether the libibverbs of this machine lists any device (cached).  Under
+// hub.lock.
+bool available_locked() noexcept
+{
+	if (hub.avail)
+		return hub.avail > 0;
+	hub.avail = -1;
+	if (const char *e = getenv("SD_RDMA"); e && !strcmp(e, "0"))
+		return false;
+	if (!v.load())
+		return false;
+	int n = 0;
+	ibv_device **devs = v.ibv_get_device_list(&n);
+	if (devs) {
+		if (n > 0)
+			hub.avail = 1;
+		v.ibv_free_device_list(devs);
+	}
+	return hub.avail > 0;
+}
+
+bool available() noexcept
+{
+	pthread_mutex_lock(&hub.lock);
+	const bool a = available_locked();
+	pthread_mutex_unlock(&hub.lock);
+	return a;
+}
+
+// The GID of local address a on ctx's port 1, or -1.
+int gid_of(ibv_context *ctx, const in6_addr &a, ibv_gid *gid) noexcept
+{
+	for (int i = 0; i < 256; i++) {
+		if (v.ibv_query_gid(ctx, 1, i, gid))
+			return -1;
+		if (!memcmp(gid->raw, a.s6_addr, 16))
+			return i;
+	}
+	return -1;
+}
+
+// Open the device whose GID table holds local address a (the process's
+// device once chosen: one per process), with its PD, channel and event
+// descriptor.  Under hub.lock.
+bool device_for(const in6_addr &a) noexcept
+{
+	ibv_gid gid;
+
+	if (!available_locked())
+		return false;
+	if (hub.ctx)
+		return gid_of(hub.ctx, a, &gid) >= 0;
+	int n = 0;
+	ibv_device **devs = v.ibv_get_device_list(&n);
+	if (!devs)
+		return false;
+	const char *want = getenv("SD_RDMA_DEVICE");
+	for (int i = 0; i < n && !hub.ctx; i++) {
+		if (want && strcmp(devs[i]->name, want))
+			continue;
+		ibv_context *ctx = v.ibv_open_device(devs[i]);
+		if (!ctx)
+			continue;
+		const int idx = gid_of(ctx, a, &gid);
+		if (idx < 0) {
+			v.ibv_close_device(ctx);
+			continue;
+		}
+		hub.pd = v.ibv_alloc_pd(ctx);
+		hub.chan = v.ibv_create_comp_channel(ctx);
+		hub.ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (!hub.pd || !hub.chan || hub.ev < 0) {
+			// Not worth unwinding: this process will not try again.
+			hub.avail = -1;
+			break;
+		}
+		hub.ctx = ctx;
+		hub.gid_index = static_cast<std::uint8_t>(idx);
+		hub.gid = gid;
+	}
+	v.ibv_free_device_list(devs);
+	return hub.ctx != nullptr;
+}
+
+// ---- setting up a connection ---------------------------------------------
+
+void link_free(Link *l) noexcept
+{
+	if (l->have_rings) {
+		l->prod().~Producer();
+		l->cons().~Consumer();
+	}
+	if (l->tx_map != MAP_FAILED)
+		munmap(l->tx_map, l->tx_len);
+	if (l->rx_map != MAP_FAILED)
+		munmap(l->rx_map, l->rx_len);
+	if (l->qp)
+		v.ibv_destroy_qp(l->qp);
+	if (l->mr)
+		v.ibv_dereg_mr(l->mr);
+	if (l->mem)
+		munmap(l->mem, l->mem_len);
+	// Last: closing it tells the module the bridge let go.
+	if (l->bfd >= 0)
+		real::close()(l->bfd);
+	l->~Link();
+	free(l);
+}
+
+// A slot, its completion queue made if needed, and the link in it.  Under
+// hub.lock.  False when the process has no slot left.
+bool slot_take(Link *l) noexcept
+{
+	for (unsigned i = 0; i < MAX_LINKS; i++) {
+		if (hub.slots[i])
+			continue;
+		ibv_cq *&cq = hub.cq[i / LINKS_PER_CQ];
+		if (!cq) {
+			cq = v.ibv_create_cq(hub.ctx, LINKS_PER_CQ * (SEND_WR + RECVS), nullptr,
+					     hub.chan, 0);
+			if (!cq)
+				return false;
+			ibv_req_notify_cq(cq, 0);
+		}
+		l->slot = i;
+		l->gen = ++hub.gens[i];
+		hub.slots[i] = l;
+		return true;
+	}
+	return false;
+}
+
+void post_recv(Link *l) noexcept
+{
+	ibv_recv_wr wr = {}, *bad = nullptr;
+	wr.wr_id = wr_id(*l) | WR_RECV;
+	if (ibv_post_recv(l->qp, &wr, &bad))
+		l->failed = true;
+}
+
+// A queue pair towards nobody yet (INIT), its memory registered, and our
+// half.  Under hub.lock, with the device open.
+bool link_prepare(Link *l) noexcept
+{
+	l->mem_len = 2 * std::size_t{LAND_SIZE} + 4096;
+	void *m = mmap(nullptr, l->mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		return false;
+	l->mem = static_cast<unsigned char *>(m);
+	// A child of fork gets none of it (it has no bridge; see after_fork).
+	madvise(l->mem, l->mem_len, MADV_DONTFORK);
+	l->landing = l->mem;
+	l->mirror = l->mem + LAND_SIZE;
+	l->peer_took = reinterpret_cast<std::uint64_t *>(l->mem + 2 * LAND_SIZE);
+	l->my_took = l->peer_took + 8;
+	l->mr = (v.ibv_reg_mr)(hub.pd, l->mem, l->mem_len,
+			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!l->mr || !slot_take(l))
+		return false;
+
+	ibv_qp_init_attr qa = {};
+	qa.send_cq = hub.cq[l->slot / LINKS_PER_CQ];
+	qa.recv_cq = qa.send_cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = SEND_WR;
+	qa.cap.max_recv_wr = RECVS;
+	qa.cap.max_send_sge = 1;
+	qa.cap.max_recv_sge = 1;
+	l->qp = v.ibv_create_qp(hub.pd, &qa);
+	if (!l->qp)
+		return false;
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS))
+		return false;
+	for (unsigned i = 0; i < RECVS; i++)
+		post_recv(l);
+
+	unsigned seed = 0;
+	timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	seed = static_cast<unsigned>(ts.tv_nsec) ^ l->qp->qp_num;
+	memcpy(l->mine.gid, hub.gid.raw, 16);
+	l->mine.qpn = l->qp->qp_num;
+	l->mine.psn = rand_r(&seed) & 0xffffff;
+	l->mine.ring_addr = reinterpret_cast<std::uint64_t>(l->landing);
+	l->mine.ring_rkey = l->mr->rkey;
+	l->mine.ring_size = LAND_SIZE;
+	l->mine.credit_addr = reinterpret_cast<std::uint64_t>(l->peer_took);
+	l->mine.credit_rkey = l->mr->rkey;
+	l->mine.mtu = IBV_MTU_1024;
+	return !l->failed;
+}
+
+// The peer's half, checked (it came from another host), and the queue
+// pair connected to it (RTR, RTS).
+bool link_connect(Link *l, const sd_rdma_half &p) noexcept
+{
+	static const std::uint32_t zero[5] = {};
+
+	if (p.qpn > 0xffffff || p.psn > 0xffffff || p.ring_size != LAND_SIZE ||
+	    p.mtu < IBV_MTU_256 || p.mtu > IBV_MTU_4096 || p.flags ||
+	    memcmp(p.reserved, zero, sizeof(zero)))
+		return false;
+	l->peer = p;
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = static_cast<ibv_mtu>(std::min<std::uint32_t>(p.mtu, IBV_MTU_1024));
+	a.dest_qp_num = p.qpn;
+	a.rq_psn = p.psn;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.is_global = 1;
+	memcpy(a.ah_attr.grh.dgid.raw, p.gid, 16);
+	a.ah_attr.grh.sgid_index = hub.gid_index;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = 1;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+			    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+			    IBV_QP_MIN_RNR_TIMER))
+		return false;
+	a = {};
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.sq_psn = l->mine.psn;
+	a.max_rd_atomic = 1;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
+		return false;
+	l->state = State::RUN;
+	return true;
+}
+
+// The bridge's descriptor of socket fd, placed above the program's usual
+// descriptors (a process that exits closes its descriptors in order: the
+// socket should go first, see Documentation/rdma.rst), the rings mapped
+// through it, and the module's kicks on our eventfd.
+bool link_attach(Link *l, int fd) noexcept
+{
+	const int b = real::ioctl()(fd, SD_IOC_RDMA_BRIDGE, nullptr);
+	if (b < 0)
+		return false;
+	rlimit rl = {};
+	int floor = 256;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur > 1024)
+		floor = static_cast<int>(std::min<rlim_t>(rl.rlim_cur / 2, 1 << 20));
+	else if (rl.rlim_cur > 512)
+		floor = static_cast<int>(rl.rlim_cur / 2);
+	const int high = real::fcntl()(b, F_DUPFD_CLOEXEC, floor);
+	if (high >= 0) {
+		real::close()(b);
+		l->bfd = high;
+	} else {
+		l->bfd = b;
+	}
+
+	sd_mmap_offsets off = {};
+	socklen_t len = sizeof(off);
+	if (real::getsockopt()(fd, SOL_SD, SD_MMAP_OFFSETS, &off, &len) ||
+	    real::setsockopt()(fd, SOL_SD, SD_RDMA_EVENTFD, &hub.ev, sizeof(hub.ev)))
+		return false;
+	l->tx_len = off.tx.mmap_len;
+	l->rx_len = off.rx.mmap_len;
+	l->tx_map = mmap(nullptr, l->tx_len, PROT_READ | PROT_WRITE, MAP_SHARED, l->bfd,
+			 SD_PGOFF_TX_RING);
+	l->rx_map = mmap(nullptr, l->rx_len, PROT_READ | PROT_WRITE, MAP_SHARED, l->bfd,
+			 SD_PGOFF_RX_RING);
+	if (l->tx_map == MAP_FAILED || l->rx_map == MAP_FAILED)
+		return false;
+	madvise(l->tx_map, l->tx_len, MADV_DONTFORK);
+	madvise(l->rx_map, l->rx_len, MADV_DONTFORK);
+	if (sd::check_ring(l->tx_map, off.tx) || sd::check_ring(l->rx_map, off.rx) ||
+	    off.rx.cons_flags + sizeof(std::uint32_t) > off.rx.mmap_len ||
+	    off.tx.cons_flags + sizeof(std::uint32_t) > off.tx.mmap_len)
+		return false;
+	new (l->cons_buf) sd::Consumer(l->tx_map, off.tx);
+	new (l->prod_buf) sd::Producer(l->rx_map, off.rx);
+	l->have_rings = true;
+	l->rx_cons_flags = reinterpret_cast<const std::uint32_t *>(
+		static_cast<unsigned char *>(l->rx_map) + off.rx.cons_flags);
+	l->tx_cons_flags = reinterpret_cast<const std::uint32_t *>(
+		static_cast<unsigned char *>(l->tx_map) + off.tx.cons_flags);
+	return true;
+}
+
+void *bridge_main(void *) noexcept;
+
+// Hand a set-up link to the bridge thread (started on first use).  Under
+// hub.lock.
+bool link_start(Link *l) noexcept
+{
+	if (!hub.thread) {
+		pthread_attr_t at;
+		pthread_t t;
+		sigset_t all, old;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		// The program's signals are for its own threads.
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		const int err = pthread_create(&t, &at, bridge_main, nullptr);
+		pthread_sigmask(SIG_SETMASK, &old, nullptr);
+		pthread_attr_destroy(&at);
+		if (err)
+			return false;
+		hub.thread = true;
+	}
+	l->started = true;
+	hub.live.fetch_add(1, std::memory_order_relaxed);
+	kick();
+	return true;
+}
+
+Link *link_new() noexcept
+{
+	void *p = calloc(1, sizeof(Link));
+	return p ? new (p) Link : nullptr;
+}
+
+// Drop a link that never reached the thread.  Under hub.lock.
+void link_drop(Link *l) noexcept
+{
+	if (hub.slots[l->slot] == l)
+		hub.slots[l->slot] = nullptr;
+	link_free(l);
+}
+
+// This end's address for a connection to dst: the source of the route
+// there.  False when dst is on this host (the connection is local).
+bool route_source(const sockaddr *dst, socklen_t len, in6_addr *src) noexcept
+{
+	sockaddr_storage ss = {};
+	socklen_t sl = sizeof(ss);
+	in6_addr d = {};
+
+	if (dst->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
+		const auto *s = reinterpret_cast<const sockaddr_in *>(dst);
+		d.s6_addr[10] = d.s6_addr[11] = 0xff;
+		memcpy(&d.s6_addr[12], &s->sin_addr, 4);
+		if ((ntohl(s->sin_addr.s_addr) >> 24) == 127)
+			return false;
+	} else if (dst->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+		d = reinterpret_cast<const sockaddr_in6 *>(dst)->sin6_addr;
+		if (IN6_IS_ADDR_LOOPBACK(&d) ||
+		    (IN6_IS_ADDR_V4MAPPED(&d) && d.s6_addr[12] == 127))
+			return false;
+	} else {
+		return false;
+	}
+	const int u = real::socket()(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (u < 0)
+		return false;
+	const bool ok = !real::connect()(u, dst, len) &&
+			!getsockname(u, reinterpret_cast<sockaddr *>(&ss), &sl);
+	real::close()(u);
+	if (!ok)
+		return false;
+	if (ss.ss_family == AF_INET) {
+		*src = {};
+		src->s6_addr[10] = src->s6_addr[11] = 0xff;
+		memcpy(&src->s6_addr[12], &reinterpret_cast<sockaddr_in *>(&ss)->sin_addr, 4);
+	} else {
+		*src = reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr;
+	}
+	return memcmp(src, &d, sizeof(d)) != 0;
+}
+
+int transport(int fd) noexcept
+{
+	int t = -1;
+	socklen_t len = sizeof(t);
+	if (real::getsockopt()(fd, SOL_SD, SD_TRANSPORT, &t, &len))
+		return -1;
+	return t;
+}
+
+// Listeners this process offered RDMA on (a stale mark costs one
+// getsockopt on an accepted socket, nothing else).
+std::atomic<bool> offered[fast::MAX_CONNS];
+
+bool is_offered(int fd) noexcept
+{
+	return fd >= 0 && static_cast<unsigned>(fd) < fast::MAX_CONNS &&
+	       offered[fd].load(std::memory_order_relaxed);
+}
+
+// ---- the bridge thread ---------------------------------------------------
+
+void op(Link *l, std::uint32_t o) noexcept
+{
+	(void)real::ioctl()(l->bfd, SD_IOC_RDMA, &o);
+}
+
+void fail(Link *l) noexcept
+{
+	if (l->failed)
+		return;
+	l->failed = true;
+	op(l, SD_RDMA_OP_RESET);
+}
+
+void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remote,
+	       std::uint32_t rkey, std::uint32_t imm) noexcept
+{
+	ibv_sge sge = {};
+	sge.addr = reinterpret_cast<std::uint64_t>(local);
+	sge.length = len;
+	sge.lkey = l->mr->lkey;
+	ibv_send_wr wr = {}, *bad = nullptr;
+	const bool data = len && imm == len;
+	wr.wr_id = wr_id(*l) | (data ? WR_DATA : 0);
+	wr.sg_list = len ? &sge : nullptr;
+	wr.num_sge = len ? 1 : 0;
+	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.imm_data = htonl(imm);
+	wr.wr.rdma.remote_addr = remote;
+	wr.wr.rdma.rkey = rkey;
+	if (ibv_post_send(l->qp, &wr, &bad)) {
+		fail(l);
+		return;
+	}
+	l->inflight++;
+	if (data)
+		l->data_inflight++;
+}
+
+void completion(Link *l, const ibv_wc &wc) noexcept
+{
+	const bool recv = wc.wr_id & WR_RECV;
+
+	if (!recv) {
+		if (l->inflight)
+			l->inflight--;
+		if ((wc.wr_id & WR_DATA) && l->data_inflight)
+			l->data_inflight--;
+	}
+	if (wc.status != IBV_WC_SUCCESS) {
+		// Once both directions ended, the peer may be gone already.
+		if (!(l->tx_done && l->peer_fin))
+			fail(l);
+		return;
+	}
+	if (!recv)
+		return;
+	if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
+		fail(l);
+		return;
+	}
+	const std::uint32_t imm = ntohl(wc.imm_data);
+	post_recv(l);
+	if (imm == IMM_FIN)
+		l->peer_fin = true;
+	else if (imm == IMM_CREDIT)
+		return;		// *peer_took moved
+	else if (imm < IMM_CREDIT && !l->peer_fin && l->arrived + imm - l->copied <= LAND_SIZE)
+		l->arrived += imm;
+	else
+		fail(l);
+}
+
+// Under hub.lock.
+bool poll_cqs() noexcept
+{
+	bool any = false;
+	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++) {
+		ibv_wc wc[32];
+		int n;
+		while ((n = ibv_poll_cq(hub.cq[c], 32, wc)) > 0) {
+			any = true;
+			for (int i = 0; i < n; i++) {
+				const unsigned slot = static_cast<std::uint32_t>(wc[i].wr_id);
+				const std::uint32_t gen =
+					static_cast<std::uint32_t>(wc[i].wr_id >> 32) & GEN_MASK;
+				if (slot >= MAX_LINKS)
+					continue;
+				Link *l = hub.slots[slot];
+				// Completions of a link that is gone are dropped.
+				if (l && (l->gen & GEN_MASK) == gen)
+					completion(l, wc[i]);
+			}
+		}
+	}
+	return any;
+}
+
+// Landed bytes into the receive ring, then the credit back.
+bool land(Link *l) noexcept
+{
+	const std::uint64_t from = l->copied;
+	while (l->copied < l->arrived) {
+		const std::uint64_t off = l->copied % LAND_SIZE;
+		const std::uint64_t n = std::min<std::uint64_t>(l->arrived - l->copied,
+								 LAND_SIZE - off);
+		const ssize_t w = l->prod().write(l->landing + off, n);
+		if (w == -EAGAIN)
+			break;
+		if (w < 0) {
+			// The socket closed with the peer's data still coming
+			// (TCP answers it with a reset too), or the ring broke.
+			fail(l);
+			return true;
+		}
+		l->copied += static_cast<std::uint64_t>(w);
+	}
+	if (l->prod().take_wake())
+		op(l, SD_RDMA_OP_DATA);
+	if (l->copied != l->credited && l->inflight < SEND_WR) {
+		*l->my_took = l->copied;
+		write_imm(l, l->my_took, 8, l->peer.credit_addr, l->peer.credit_rkey, IMM_CREDIT);
+		l->credited = l->copied;
+	}
+	if (l->peer_fin && l->copied == l->arrived && !l->rx_done) {
+		l->rx_done = true;
+		if (l->prod().fin() == 0)
+			op(l, SD_RDMA_OP_FIN);
+	}
+	return l->copied != from;
+}
+
+// The send ring, through the mirror, into the peer's landing area: one
+// write as soon as there is something and a write may go; whatever
+// gathered meanwhile goes in the next (adaptive batching).
+bool pump(Link *l) noexcept
+{
+	bool moved = false;
+	const std::uint64_t size = l->peer.ring_size;
+	while (!l->tx_done && l->data_inflight < DATA_INFLIGHT && l->inflight < SEND_WR) {
+		const std::uint64_t took = __atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE);
+		if (took > l->sent) {
+			fail(l);
+			return true;
+		}
+		const std::uint64_t room = size - (l->sent - took);
+		if (!room)
+			break;
+		const std::uint64_t off = l->sent % size;
+		const std::uint64_t want = std::min(room, size - off);
+		const ssize_t r = l->cons().read(l->mirror + off, want);
+		if (r == -EAGAIN)
+			break;
+		if (r < 0) {
+			fail(l);
+			return true;
+		}
+		l->cons().flush();
+		if (r == 0) {
+			write_imm(l, nullptr, 0, l->peer.ring_addr, l->peer.ring_rkey, IMM_FIN);
+			l->tx_done = true;
+		} else {
+			write_imm(l, l->mirror + off, static_cast<std::uint32_t>(r),
+				  l->peer.ring_addr + off, l->peer.ring_rkey,
+				  static_cast<std::uint32_t>(r));
+			l->sent += static_cast<std::uint64_t>(r);
+		}
+		moved = true;
+	}
+	if (l->cons().take_wake())
+		op(l, SD_RDMA_OP_ROOM);
+	return moved;
+}
+
+// The socket closed (its last descriptor went): the module marked its
+// receive ring.
+bool sock_closed(const Link *l) noexcept
+{
+	return __atomic_load_n(l->rx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
+}
+
+// The peer's bridge let go cleanly (its monitor's CLOSE came, and the
+// module marked our send ring): bytes we sent that it never took, or send
+// now, reached a closed socket, which TCP answers with a reset.
+bool peer_dropped(Link *l) noexcept
+{
+	if (!(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED))
+		return false;
+	if (__atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE) != l->sent)
+		return true;
+	return l->cons().readable() > 0;
+}
+
+// One look at a link.  Returns whether anything moved; *done when the
+// link is finished (let go of it).
+bool step(Link *l, bool *done) noexcept
+{
+	bool moved = false;
+
+	*done = false;
+	if (l->state == State::WAIT_PEER && !l->failed) {
+		sd_rdma_half p;
+		if (real::ioctl()(l->bfd, SD_IOC_RDMA_PEER, &p) == 0) {
+			if (!link_connect(l, p))
+				fail(l);
+			moved = true;
+		} else if (errno != EAGAIN) {
+			fail(l);
+		}
+	}
+	if (l->state == State::RUN && !l->failed) {
+		moved |= land(l);
+		moved |= pump(l);
+		if (peer_dropped(l))
+			fail(l);
+	}
+	if (l->failed) {
+		// Nothing more goes out; what is posted flushes or completes.
+		*done = true;
+		return true;
+	}
+	// After the socket closed and its end of stream went out, the
+	// connection is over for this end.
+	if (l->tx_done && !l->inflight && l->credited == l->copied && sock_closed(l))
+		*done = true;
+	// A process that exits sends its end of stream once all it sent is out.
+	if (hub.exiting.load(std::memory_order_relaxed) && l->state == State::RUN &&
+	    !l->tx_done && !l->data_inflight && l->inflight < SEND_WR &&
+	    l->cons().readable() == 0) {
+		write_imm(l, nullptr, 0, l->peer.ring_addr, l->peer.ring_rkey, IMM_FIN);
+		l->tx_done = true;
+		moved = true;
+	}
+	return moved;
+}
+
+// Sleep until a completion or a kick (bounded).
+void wait_events() noexcept
+{
+	pthread_mutex_lock(&hub.lock);
+	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++)
+		ibv_req_notify_cq(hub.cq[c], 0);
+	bool now = poll_cqs();
+	for (unsigned i = 0; i < MAX_LINKS && !now; i++) {
+		Link *l = hub.slots[i];
+		if (!l || !l->started || l->state != State::RUN)
+			continue;
+		// Tell the program's side of each ring that we sleep.
+		if (!l->tx_done && l->cons().prepare_wait() == 0)
+			now = true;
+		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
+			now = true;
+	}
+	pthread_mutex_unlock(&hub.lock);
+	if (now)
+		return;
+	pollfd p[2] = {{hub.chan->fd, POLLIN, 0}, {hub.ev, POLLIN, 0}};
+	if (real::poll()(p, 2, WAIT_MS) <= 0)
+		return;
+	if (p[0].revents & POLLIN) {
+		ibv_cq *cq;
+		void *ctx;
+		if (!v.ibv_get_cq_event(hub.chan, &cq, &ctx))
+			v.ibv_ack_cq_events(cq, 1);
+	}
+	if (p[1].revents & POLLIN) {
+		std::uint64_t n;
+		(void)!real::read()(hub.ev, &n, sizeof(n));
+	}
+}
+
+void *bridge_main(void *) noexcept
+{
+	for (;;) {
+		pthread_mutex_lock(&hub.lock);
+		bool moved = poll_cqs();
+		for (unsigned i = 0; i < MAX_LINKS; i++) {
+			Link *l = hub.slots[i];
+			bool done;
+			if (!l || !l->started)
+				continue;
+			moved |= step(l, &done);
+			if (done) {
+				hub.slots[i] = nullptr;
+				link_free(l);
+				hub.live.fetch_sub(1, std::memory_order_relaxed);
+				moved = true;
+			}
+		}
+		pthread_mutex_unlock(&hub.lock);
+		if (moved)
+			hub.progress.fetch_add(1, std::memory_order_relaxed);
+		else
+			wait_events();
+	}
+	return nullptr;
+}
+
+// ---- exit and fork ---------------------------------------------------------
+
+// A process that exits carries out what it sent and its end of stream
+// before it goes, for as long as that makes progress.
+void drain() noexcept
+{
+	if (!hub.live.load(std::memory_order_relaxed))
+		return;
+	hub.exiting.store(true, std::memory_order_relaxed);
+	kick();
+	std::uint64_t seen = hub.progress.load(std::memory_order_relaxed);
+	std::int64_t since = fast::now_ns();
+	while (hub.live.load(std::memory_order_relaxed)) {
+		bool all = true;
+		pthread_mutex_lock(&hub.lock);
+		for (unsigned i = 0; i < MAX_LINKS; i++) {
+			const Link *l = hub.slots[i];
+			if (l && l->started && !l->failed && (!l->tx_done || l->inflight))
+				all = false;
+		}
+		pthread_mutex_unlock(&hub.lock);
+		if (all)
+			break;
+		const std::uint64_t now = hub.progress.load(std::memory_order_relaxed);
+		if (now != seen) {
+			seen = now;
+			since = fast::now_ns();
+		} else if (fast::now_ns() - since > EXIT_STALL_NS) {
+			break;
+		}
+		const timespec ts = {0, 1'000'000};
+		nanosleep(&ts, nullptr);
+	}
+}
+
+// The child of fork has no bridge thread and may not use its parent's
+// device objects: it lets go of its copies of the bridges' descriptors
+// and of the device's (the rings and landing areas were not copied,
+// MADV_DONTFORK), and starts afresh: its own first RDMA connection (a
+// worker accepting on its parent's listener) opens the device again.  The
+// parent's objects stay behind in its memory, unused.
+void after_fork_child() noexcept
+{
+	for (unsigned i = 0; i < MAX_LINKS; i++) {
+		if (hub.slots[i] && hub.slots[i]->bfd >= 0)
+			real::close()(hub.slots[i]->bfd);
+		hub.slots[i] = nullptr;
+	}
+	if (hub.ev >= 0)
+		real::close()(hub.ev);
+	if (hub.chan)
+		real::close()(hub.chan->fd);
+	if (hub.ctx) {
+		real::close()(hub.ctx->async_fd);
+		real::close()(hub.ctx->cmd_fd);
+	}
+	hub.ev = -1;
+	hub.thread = false;
+	hub.live.store(0, std::memory_order_relaxed);
+	hub.ctx = nullptr;
+	hub.pd = nullptr;
+	hub.chan = nullptr;
+	for (auto &cq : hub.cq)
+		cq = nullptr;
+	if (hub.avail > 0)
+		hub.avail = 0;
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	hub.lock = fresh;
+}
+
+__attribute__((destructor)) void rdma_fini()
+{
+	drain();
+}
+
+void before_fork() noexcept
+{
+	pthread_mutex_lock(&hub.lock);
+}
+
+void after_fork_parent() noexcept
+{
+	pthread_mutex_unlock(&hub.lock);
+}
+
+[[gnu::constructor]] void rdma_init()
+{
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+// Set up the bridge of RDMA connection fd, just connected, from link l,
+// which holds our half already; the peer's comes when its program
+// accepts, and the thread waits for it.  On failure the connection is
+// reset: nothing could carry it.
+void bridge_up(int fd, Link *l) noexcept
+{
+	pthread_mutex_lock(&hub.lock);
+	if (!link_attach(l, fd) || !link_start(l)) {
+		if (l->bfd < 0) {
+			std::uint32_t o = SD_RDMA_OP_RESET;
+			(void)real::ioctl()(fd, SD_IOC_RDMA, &o);
+		}
+		link_drop(l);	// closing the bridge's descriptor resets
+	}
+	pthread_mutex_unlock(&hub.lock);
+}
+
+} // namespace
+
+// ---- the hooks -------------------------------------------------------------
+
+// _exit: no destructor runs, so drain here.
+bool sd_hook__exit(int, void *) noexcept
+{
+	drain();
+	return false;
+}
+
+// A redirected listener offers RDMA when this process has a device.
+bool sd_hook_listen(int fd, int, int *) noexcept
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS || !available())
+		return false;
+	const int saved = errno;
+	const int one = 1;
+	const bool ok = !real::setsockopt()(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one));
+	offered[fd].store(ok, std::memory_order_relaxed);
+	errno = saved;
+	return false;	// the real listen, now
+}
+
+// Set up the bridge of an accepted RDMA connection: its half came with the
+// request; ours goes back through the monitors.
+static void accepted(int fd) noexcept
+{
+	if (transport(fd) != SD_TRANSPORT_RDMA)
+		return;
+	sd_rdma_half peer;
+	socklen_t len = sizeof(peer);
+	sockaddr_storage ss = {};
+	socklen_t sl = sizeof(ss);
+	in6_addr local = {};
+	Link *l = nullptr;
+	bool ok = !real::getsockopt()(fd, SOL_SD, SD_RDMA_PEER, &peer, &len) &&
+		  !getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
+	if (ok && ss.ss_family == AF_INET) {
+		local.s6_addr[10] = local.s6_addr[11] = 0xff;
+		memcpy(&local.s6_addr[12], &reinterpret_cast<sockaddr_in *>(&ss)->sin_addr, 4);
+	} else if (ok) {
+		local = reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr;
+	}
+	pthread_mutex_lock(&hub.lock);
+	// Our queue pair ready for the peer's writes before our half goes.
+	ok = ok && device_for(local) && (l = link_new()) && link_prepare(l) &&
+	     link_attach(l, fd) && link_connect(l, peer);
+	pthread_mutex_unlock(&hub.lock);
+	ok = ok && !real::setsockopt()(fd, SOL_SD, SD_RDMA_LOCAL, &l->mine, sizeof(l->mine));
+	pthread_mutex_lock(&hub.lock);
+	ok = ok && link_start(l);
+	if (!ok) {
+		// Nothing can carry it: reset (closing the bridge's descriptor
+		// does too).
+		if (!l || l->bfd < 0) {
+			std::uint32_t o = SD_RDMA_OP_RESET;
+			(void)real::ioctl()(fd, SD_IOC_RDMA, &o);
+		}
+		if (l)
+			link_drop(l);
+	}
+	pthread_mutex_unlock(&hub.lock);
+}
+
+bool sd_hook_accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags,
+		     int *result) noexcept
+{
+	if (!is_offered(fd))
+		return false;
+	*result = real::accept4()(fd, addr, alen, flags);
+	if (*result >= 0) {
+		const int saved = errno;
+		accepted(*result);
+		errno = saved;
+	}
+	return true;
+}
+
+bool sd_hook_accept(int fd, struct sockaddr *addr, socklen_t *alen, int *result) noexcept
+{
+	if (!is_offered(fd))
+		return false;
+	*result = real::accept()(fd, addr, alen);
+	if (*result >= 0) {
+		const int saved = errno;
+		accepted(*result);
+		errno = saved;
+	}
+	return true;
+}
+
+// Before a connect to another host: our half, offered through the
+// monitors.  True when the connect was made here (*result), false when
+// the real connect is still to make.
+bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *result) noexcept
+{
+	in6_addr src;
+	Link *l = nullptr;
+
+	if (!addr || !available() || !route_source(addr, len, &src))
+		return false;
+	const int saved = errno;
+	const int one = 1;
+	pthread_mutex_lock(&hub.lock);
+	bool ok = device_for(src) && (l = link_new()) && link_prepare(l);
+	pthread_mutex_unlock(&hub.lock);
+	ok = ok && !real::setsockopt()(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one)) &&
+	     !real::setsockopt()(fd, SOL_SD, SD_RDMA_LOCAL, &l->mine, sizeof(l->mine));
+	if (!ok) {
+		if (l) {
+			pthread_mutex_lock(&hub.lock);
+			link_drop(l);
+			pthread_mutex_unlock(&hub.lock);
+		}
+		errno = saved;
+		return false;
+	}
+	*result = real::connect()(fd, addr, len);
+	const int err = errno;
+	if (*result == 0 && transport(fd) == SD_TRANSPORT_RDMA) {
+		bridge_up(fd, l);
+	} else {
+		pthread_mutex_lock(&hub.lock);
+		link_drop(l);
+		pthread_mutex_unlock(&hub.lock);
+	}
+	errno = err;
+	return true;
+}

@@ -1,0 +1,448 @@
+"""Scenarios of the differential suite across two hosts (pair_differential.py).
+
+Each scenario has a server half, which runs on host B, and a client half,
+which runs on host A.  Both are plain TCP programs (Python's socket module);
+pair_differential.py runs each scenario with plain TCP, over RDMA (both
+halves under sdrun, the monitors agreeing on RDMA) and over AF_SD's TCP
+fallback (both under sdrun, B's process without RDMA), and asserts that both
+halves observed the same things every way.  Every byte is checked.
+
+    python3 xhost.py server NAME PORT       prints "ready", then its transcript
+    python3 xhost.py client NAME HOST PORT  prints its transcript
+    python3 xhost.py --list
+"""
+import errno
+import json
+import os
+import select
+import socket
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scenarios import Transcript  # noqa: E402
+
+SCENARIOS = {}
+
+
+def scenario(fn):
+    """A scenario: fn(role) returns the half for role "server" or "client"."""
+    SCENARIOS[fn.__name__] = fn
+    return fn
+
+
+def pattern(n, seed):
+    block = bytes((i * 13 + seed * 101) & 0xFF for i in range(65536))
+    return (block * (n // len(block) + 1))[:n]
+
+
+def recv_exact(s, n, flags=0):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = s.recv(min(n - len(buf), 1 << 20), flags)
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_all(s):
+    buf = bytearray()
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            return bytes(buf)
+        buf += chunk
+
+
+def echo_until_eof(c):
+    total = 0
+    while True:
+        d = c.recv(1 << 20)
+        if not d:
+            return total
+        c.sendall(d)
+        total += len(d)
+
+
+POLL_NAMES = [(select.POLLIN, "IN"), (select.POLLOUT, "OUT"),
+              (select.POLLERR, "ERR"), (select.POLLHUP, "HUP"),
+              (select.POLLRDHUP, "RDHUP")]
+
+
+def pollmask(s, timeout_ms, want):
+    """poll until the mask holds want (or timeout); the mask seen."""
+    p = select.poll()
+    p.register(s, select.POLLIN | select.POLLOUT | select.POLLRDHUP)
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        ev = p.poll(max(0, int((deadline - time.monotonic()) * 1000)))
+        mask = ev[0][1] if ev else 0
+        names = [n for bit, n in POLL_NAMES if mask & bit]
+        if set(want) <= set(names) or time.monotonic() >= deadline:
+            return "|".join(names) or "none"
+        time.sleep(0.01)
+
+
+# ---- scenarios -------------------------------------------------------------
+
+@scenario
+def echo_sizes(role):
+    # Each echo waits for all of its bytes to come back, so the biggest
+    # must fit what the two directions hold in flight (AF_SD's rings are
+    # net.sd.ring_size, TCP's buffers larger).
+    sizes = [1, 7, 100, 4096, 65536, 200000]
+
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.log("echoed", echo_until_eof(c))
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        for i, n in enumerate(sizes):
+            data = pattern(n, i)
+            s.sendall(data)
+            t.log(f"echo {n}", recv_exact(s, n) == data)
+        s.shutdown(socket.SHUT_WR)
+        t.call("eof", s.recv, 10)
+        s.close()
+    return server if role == "server" else client
+
+
+STRESS = 8 << 20
+
+
+@scenario
+def stress_both_ways(role):
+    """8 MiB each way at once, every byte checked on both hosts."""
+    def both(t, s, seed_out, seed_in):
+        def writer():
+            for off in range(0, STRESS, 1 << 20):
+                s.sendall(pattern(1 << 20, seed_out + off))
+            s.shutdown(socket.SHUT_WR)
+        w = threading.Thread(target=writer)
+        w.start()
+        got = 0
+        ok = True
+        pending = b""
+        while True:
+            d = s.recv(1 << 20)
+            if not d:
+                break
+            pending += d
+            while len(pending) >= 1 << 20:
+                ok &= pending[:1 << 20] == pattern(1 << 20, seed_in + got)
+                got += 1 << 20
+                pending = pending[1 << 20:]
+        w.join()
+        t.log("received", got + len(pending))
+        t.log("every byte as sent", ok and not pending)
+
+    def server(t, lst):
+        c, _ = lst.accept()
+        both(t, c, 7, 3)
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        both(t, s, 3, 7)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def half_close(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.call("request", recv_all, c)
+        c.sendall(pattern(30000, 5))
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(10000, 4))
+        s.shutdown(socket.SHUT_WR)
+        t.log("reply", recv_all(s) == pattern(30000, 5))
+        t.call("again", s.recv, 10)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def server_closes_first(role):
+    """The server writes and closes at once; the client reads only after:
+    nothing may be lost between the close and the reading."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        c.sendall(pattern(300000, 9))
+        c.close()
+        t.log("closed", True)
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        time.sleep(1.0)
+        t.log("all of it", recv_all(s) == pattern(300000, 9))
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def close_with_unread_resets(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.call("first", recv_exact, c, 10)
+        c.sendall(b"x")
+        time.sleep(1.0)          # the client's next bytes arrive, unread
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(b"0123456789")
+        t.call("x", s.recv, 1)
+        s.sendall(b"unread" * 100)
+        t.call("after the close", recv_all, s)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def names(role):
+    def server(t, lst):
+        c, peer = lst.accept()
+        t.log("peername is the client's", c.getpeername() == peer)
+        t.log("sockname port", c.getsockname()[1] == lst.getsockname()[1])
+        c.sendall(str(peer[1]).encode().ljust(8))
+        t.call("eof", c.recv, 1)
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        t.log("peername", s.getpeername() == addr)
+        port = int(recv_exact(s, 8).strip())
+        t.log("server sees our port", port == s.getsockname()[1])
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def many_connections(role):
+    def server(t, lst):
+        for i in range(10):
+            c, _ = lst.accept()
+            t.log(f"conn {i}", echo_until_eof(c))
+            c.close()
+
+    def client(t, addr):
+        for i in range(10):
+            s = socket.create_connection(addr)
+            data = pattern(i * 1000 + 1, i)
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            t.log(f"conn {i}", recv_all(s) == data)
+            s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def concurrent_connections(role):
+    n = 6
+
+    def server(t, lst):
+        done = []
+        threads = []
+        for _ in range(n):
+            c, _ = lst.accept()
+            th = threading.Thread(target=lambda c=c: done.append(
+                echo_until_eof(c)) or c.close())
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+        t.log("echoed", sorted(done))
+
+    def client(t, addr):
+        ok = []
+
+        def one(i):
+            s = socket.create_connection(addr)
+            data = pattern(100000 + i, i)
+            w = threading.Thread(target=lambda: (s.sendall(data),
+                                                 s.shutdown(socket.SHUT_WR)))
+            w.start()
+            ok.append(recv_all(s) == data)
+            w.join()
+            s.close()
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        t.log("all echoed", ok == [True] * n)
+    return server if role == "server" else client
+
+
+@scenario
+def peek_and_waitall(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        c.sendall(pattern(5000, 2))
+        t.call("ack", recv_exact, c, 1)
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        data = pattern(5000, 2)
+        t.log("waitall", s.recv(10, socket.MSG_WAITALL) == data[:10])
+        peeked = s.recv(100, socket.MSG_PEEK)
+        t.log("peek", len(peeked) > 0 and data[10:].startswith(peeked))
+        t.log("rest", recv_exact(s, 4990) == data[10:])
+        s.sendall(b"k")
+        t.call("eof", s.recv, 1)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def poll_readiness(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.call("go", recv_exact, c, 2)
+        c.sendall(b"0123456789")
+        t.call("more", recv_exact, c, 2)
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        t.log("idle", pollmask(s, 0, []))
+        s.sendall(b"go")
+        t.log("data", pollmask(s, 30000, ["IN"]))
+        t.call("read", recv_exact, s, 10)
+        t.log("drained", pollmask(s, 0, []))
+        s.sendall(b"mo")
+        t.log("closed", pollmask(s, 30000, ["IN", "RDHUP"]))
+        t.call("eof", s.recv, 1)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def nonblocking_connect(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.log("echoed", echo_until_eof(c))
+        c.close()
+
+    def client(t, addr):
+        s = socket.socket()
+        s.setblocking(False)
+        t.log("connect_ex", errno.errorcode.get(s.connect_ex(addr), "0"))
+        t.log("writable", pollmask(s, 30000, ["OUT"]))
+        t.log("SO_ERROR", s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+        s.setblocking(True)
+        s.sendall(pattern(50000, 1))
+        s.shutdown(socket.SHUT_WR)
+        t.log("echo", recv_all(s) == pattern(50000, 1))
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def fork_shares_connection(role):
+    """The server's child carries the connection; the parent closes its
+    copy at once and waits for the child."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                echo_until_eof(c)
+                c.close()
+            finally:
+                os._exit(0)
+        c.close()
+        t.log("child", os.waitpid(pid, 0)[1])
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        data = pattern(200000, 6)
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        t.log("echo", recv_all(s) == data)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def prefork_workers(role):
+    """Two children of the listening process accept and echo one
+    connection each (a pre-forking server)."""
+    def server(t, lst):
+        pids = []
+        for _ in range(2):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    c, _ = lst.accept()
+                    echo_until_eof(c)
+                    c.close()
+                finally:
+                    os._exit(0)
+            pids.append(pid)
+        t.log("children", [os.waitpid(p, 0)[1] for p in pids])
+
+    def client(t, addr):
+        ok = []
+        for i in range(2):
+            s = socket.create_connection(addr)
+            data = pattern(150000, i)
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            ok.append(recv_all(s) == data)
+            s.close()
+        t.log("both echoed", ok)
+    return server if role == "server" else client
+
+
+@scenario
+def send_after_peer_closed(role):
+    def server(t, lst):
+        c, _ = lst.accept()
+        c.close()
+        t.log("closed", True)
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        t.call("eof", s.recv, 1)
+        t.call("first send", s.send, b"a")
+        time.sleep(1.0)          # the peer's answer to it arrives
+        t.call("second send", s.send, b"b")
+        s.close()
+    return server if role == "server" else client
+
+
+def main(argv):
+    if argv == ["--list"]:
+        print("\n".join(sorted(SCENARIOS)))
+        return 0
+    t = Transcript()
+    if len(argv) == 3 and argv[0] == "server":
+        lst = socket.socket()
+        lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        lst.bind(("", int(argv[2])))
+        lst.listen(16)
+        print("ready", flush=True)
+        SCENARIOS[argv[1]]("server")(t, lst)
+        lst.close()
+    elif len(argv) == 4 and argv[0] == "client":
+        SCENARIOS[argv[1]]("client")(t, (argv[2], int(argv[3])))
+    else:
+        print(__doc__, file=sys.stderr)
+        return 2
+    print(json.dumps(t.rows), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
