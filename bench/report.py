@@ -709,23 +709,22 @@ REMOTE_NAMES = {
     "tcp": "TCP",
 }
 REMOTE_HOW = {
-    "sd-rdma": "not built yet",
+    "sd-rdma": "sockperf under sdrun, libsd's bridge",
     "sd-rdma-proto": "sd_rdma_pipe, no module, 64 B round trips",
     "rdma-write": "perftest ib_write_lat, ib_write_bw",
     ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librspreload.so",
     ("rsocket", "rstream"): "rstream (rdmacm-utils), blocking",
-    "sd-fallback": "sockperf under sdrun, redirect and rendezvous on",
+    "sd-fallback": "sockperf under sdrun, SD_RDMA=0",
     "tcp": "sockperf",
 }
 # The targets of issue #7 ("Between hosts").
 REMOTE_RTT_TARGET = 1.3
-NOT_BUILT = "the AF_SD RDMA transport is not built"
 
 
 def remote_key(d):
     """A row: transport and program (perftest's two programs are one)."""
     t = d["transport"]
-    if t in ("rdma-write", "sd-rdma"):
+    if t == "rdma-write":
         return (t, None)
     return (t, d.get("program"))
 
@@ -742,16 +741,14 @@ def remote(lines):
     lines = [d for d in lines if is_pair(d)]
     if not lines:
         return None
-    meta, rows, failed, not_built = {}, {}, [], []
-    fallback = {"a": {}, "b": {}}
+    meta, rows, failed = {}, {}, []
+    fallback = {}
     for d in lines:
         if "meta" in d:
             meta.update({k: v for k, v in d["meta"].items() if k != "where"})
             continue
         col = (d["test"], d["size"])
-        if "not_built" in d:
-            not_built.append(d)
-            rows.setdefault(remote_key(d), {})
+        if "not_built" in d:    # runs from before the transport was built
             continue
         if "failed" in d:
             failed.append(d)
@@ -759,8 +756,9 @@ def remote(lines):
             continue
         rows.setdefault(remote_key(d), {})[col] = d
         for side in ("a", "b"):
+            fb = fallback.setdefault(d["transport"], {"a": {}, "b": {}})
             for k, v in (d.get(f"fallback_{side}") or {}).items():
-                fallback[side][k] = fallback[side].get(k, 0) + v
+                fb[side][k] = fb[side].get(k, 0) + v
     cols = sorted({(d["test"], d["size"]) for d in lines if "test" in d},
                   key=lambda c: (c[0] != "pingpong", c[1]))
     ref = rows.get(("rdma-write", None), {})
@@ -770,8 +768,6 @@ def remote(lines):
                                            k[1] or "")):
         r = {"transport": key[0], "program": key[1], "name": remote_name(key),
              "points": {}}
-        if key[0] == "sd-rdma":
-            r["note"] = f"not built yet: {NOT_BUILT}"
         for test, size in cols:
             d = rows[key].get((test, size))
             if not d:
@@ -786,13 +782,70 @@ def remote(lines):
                 p["over_rdma_write"] = d["value"] / b["value"]
             r["points"][f"{test}/{size}"] = p
         results.append(r)
-    targets = {"rtt_within_of_rdma_write": REMOTE_RTT_TARGET,
-               "above_rsocket": ["round trip", "message throughput"],
-               "measurable": False,
-               "note": f"not measurable yet: {NOT_BUILT}"}
+    targets = remote_targets(rows)
     return {"meta": meta, "columns": [f"{t}/{s}" for t, s in cols],
             "results": results, "failed": failed, "fallback": fallback,
             "targets": targets}
+
+
+def remote_targets(rows):
+    """Issue #7's targets from the rows of one run: AF_SD's 64 B round trip
+    within REMOTE_RTT_TARGET x raw RDMA write's, and AF_SD above rsocket
+    (sockperf through librspreload, the same program) in round trip and in
+    64 B message throughput."""
+    def value(key, col):
+        d = rows.get(key, {}).get(col)
+        return d.get("value") if d else None
+    rtt, small = ("pingpong", 64), ("stream", 64)
+    sd_rtt = value(("sd-rdma", "sockperf"), rtt)
+    wr_rtt = value(("rdma-write", None), rtt)
+    sd_rate = value(("sd-rdma", "sockperf"), small)
+    # rsocket through sockperf when that ran, else rsocket's own rstream.
+    rs_prog = "sockperf"
+    rs_rtt = value(("rsocket", "sockperf"), rtt)
+    rs_rate = value(("rsocket", "sockperf"), small)
+    if rs_rtt is None or rs_rate is None:
+        rs_prog = "rstream"
+        rs_rtt = value(("rsocket", "rstream"), rtt)
+        rs_rate = value(("rsocket", "rstream"), small)
+    t = {"rtt_within_of_rdma_write": REMOTE_RTT_TARGET,
+         "above_rsocket": ["round trip", "message throughput"],
+         "rsocket_program": rs_prog,
+         "measurable": None not in (sd_rtt, wr_rtt, rs_rtt, sd_rate, rs_rate)}
+    if sd_rtt and wr_rtt:
+        t["rtt_over_rdma_write"] = sd_rtt / wr_rtt
+        t["rtt_met"] = sd_rtt <= REMOTE_RTT_TARGET * wr_rtt
+    if sd_rtt and rs_rtt:
+        t["rtt_over_rsocket"] = sd_rtt / rs_rtt
+        t["rtt_below_rsocket"] = sd_rtt < rs_rtt
+    if sd_rate and rs_rate:
+        t["rate_over_rsocket"] = sd_rate / rs_rate
+        t["rate_above_rsocket"] = sd_rate > rs_rate
+    return t
+
+
+def remote_targets_md(t):
+    def verdict(ok):
+        return "met" if ok else "NOT met"
+    parts = []
+    if "rtt_met" in t:
+        parts.append(f"round trip {t['rtt_over_rdma_write']:.3g}× raw RDMA write: "
+                     f"{verdict(t['rtt_met'])}")
+    else:
+        parts.append("round trip against raw RDMA write: not measured")
+    if "rtt_below_rsocket" in t:
+        parts.append(f"round trip {t['rtt_over_rsocket']:.3g}× rsocket's "
+                     f"({t['rsocket_program']}): "
+                     f"{verdict(t['rtt_below_rsocket'])}")
+    else:
+        parts.append("round trip against rsocket: not measured")
+    if "rate_above_rsocket" in t:
+        parts.append(f"64 B messages {t['rate_over_rsocket']:.3g}× rsocket's rate "
+                     f"({t['rsocket_program']}): "
+                     f"{verdict(t['rate_above_rsocket'])}")
+    else:
+        parts.append("message rate against rsocket: not measured")
+    return "; ".join(parts)
 
 
 def remote_md(rm, meta):
@@ -804,7 +857,8 @@ def remote_md(rm, meta):
     md = ["## Between hosts (two guests, TCG, soft-RoCE)", "",
           f"**Targets (issue #7): AF_SD round trip within {REMOTE_RTT_TARGET:g}× of "
           "raw RDMA write; AF_SD above rsocket in round trip and in message "
-          f"throughput.  Not measurable yet: {NOT_BUILT}.**", "",
+          "throughput.  In this run (guest figures): "
+          f"{remote_targets_md(rm['targets'])}.**", "",
           f"Two QEMU guests ({accel}, kernel {m.get('kernel', '?')}) joined by a "
           "QEMU socket link, each with af_sd.ko and a soft-RoCE device "
           f"({m.get('device', 'rxe0')}) on its NIC (tests/vm/pair --rdma, "
@@ -837,9 +891,7 @@ def remote_md(rm, meta):
         row = [r["name"]]
         for c in cols:
             p = r["points"].get(c)
-            if r["transport"] == "sd-rdma":
-                row += ["not built yet", "–"]
-            elif not p:
+            if not p:
                 row += ["failed" if any(
                     remote_key(f) == (r["transport"], r["program"]) and
                     f"{f['test']}/{f['size']}" == c for f in rm["failed"])
@@ -856,13 +908,13 @@ def remote_md(rm, meta):
         rows.append(row)
     if rows:
         md += table(head, rows) + [""]
-    fb = rm["fallback"]
-    if fb["a"] or fb["b"]:
-        def counts(c):
-            return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"
-        md += ["AF_SD under sdrun went over TCP: the module's counters over "
-               f"those runs (sdctl stats): guest A (connecting) {counts(fb['a'])}; "
-               f"guest B (listening) {counts(fb['b'])}.", ""]
+    def counts(c):
+        return ", ".join(f"{k} {v}" for k, v in sorted(c.items())) or "none"
+    for t, fb in sorted(rm["fallback"].items()):
+        if fb["a"] or fb["b"]:
+            md += [f"{REMOTE_NAMES.get(t, t)}: the module's counters over those "
+                   f"runs (sdctl stats): guest A (connecting) {counts(fb['a'])}; "
+                   f"guest B (listening) {counts(fb['b'])}.", ""]
     groups = {}
     for f in rm["failed"]:
         k = (remote_name(remote_key(f)), f["failed"])
