@@ -273,8 +273,7 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     retries), never a hang; both sides count the reset."""
     prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
-    local_dev = next(n for n in sorted(os.listdir("/sys/class/net"))
-                     if n != "lo")
+    restore = None
     sysctl("rendezvous_port", RDV_PORT)
     peer_sysctl(peer, "redirect", 1)
     peer_sysctl(peer, "rendezvous_port", RDV_PORT)
@@ -287,33 +286,15 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     try:
         time.sleep(5)
         assert cli.poll() is None, cli.communicate()
-        if how == "kill":
-            srv.kill()
-        elif how == "link":
-            # A's side of the link: B's agent is reached over it.
-            subprocess.run(["ip", "link", "set", local_dev, "down"],
-                           check=True)
-        else:
-            # rxe has no way to take a device from its users (deleting it
-            # waits for them), so the device goes as hardware would: the
-            # NIC under A's rxe0 leaves its driver.
-            addr = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev",
-                                   local_dev], check=True, text=True,
-                                  capture_output=True).stdout.split()[3]
-            nic = os.path.basename(os.readlink(
-                f"/sys/class/net/{local_dev}/device"))
-            with open("/sys/bus/virtio/drivers/virtio_net/unbind", "w") as f:
-                f.write(nic)
+        restore = break_path(how, srv)
         t0 = time.monotonic()
         out, err = cli.communicate(timeout=120)
         took = time.monotonic() - t0
     finally:
         cli.kill()
         cli.wait()
-        if how == "link":
-            subprocess.run(["ip", "link", "set", local_dev, "up"], check=True)
-        if how == "device":
-            restore_nic(nic, addr)
+        if restore:
+            restore()
     assert cli.returncode == 1, (out, err)
     assert "reset" in err.lower() or "broken pipe" in err.lower(), err
     assert delta(before, stats()).get("rdma_resets", 0) >= 1
@@ -330,6 +311,93 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
             print("B:", peer.run(["ss", "-tnoiae"])["stdout"])
         assert time.monotonic() < deadline, "B's end was never reset"
         time.sleep(1 if not os.environ.get("SD_DIAG") else 10)
+
+
+STREAMER = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+print("connected", flush=True)
+chunk = b"s" * 65536
+try:
+    while True:
+        c.sendall(chunk)
+except OSError as e:
+    print(type(e).__name__, e, file=sys.stderr)
+    sys.exit(1)
+"""
+
+SINK = """
+import socket, sys
+lst = socket.create_server(("", int(sys.argv[1])))
+print("ready", flush=True)
+c, _ = lst.accept()
+while c.recv(1 << 20):
+    pass
+"""
+
+
+@pytest.mark.parametrize("how", ["kill", "link", "device"])
+def test_libsd_bridge_failure_is_an_error(peer, settings, how):
+    """Plain programs under sdrun, carried by libsd's bridge: A streams to
+    a sink on B; the sink is killed, A's NIC goes down, or the NIC under
+    A's RDMA device leaves its driver: A's send fails
+    (a reset or a broken pipe) within the bound, never a hang, and A
+    counts the reset."""
+    port = {"kill": 9511, "link": 9512, "device": 9513}[how]
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before = stats()
+    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK, str(port)])
+    assert srv.readline() == "ready"
+    cli = subprocess.Popen([SDRUN, sys.executable, "-c", STREAMER,
+                            peer.remote, str(port)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    restore = None
+    try:
+        assert cli.stdout.readline().strip() == "connected"
+        time.sleep(5)
+        assert cli.poll() is None, cli.communicate()
+        assert delta(before, stats()).get("rdma_connects") == 1
+        restore = break_path(how, srv)
+        t0 = time.monotonic()
+        out, err = cli.communicate(timeout=120)
+        took = time.monotonic() - t0
+    finally:
+        cli.kill()
+        cli.wait()
+        if restore:
+            restore()
+        srv.kill()
+    assert cli.returncode == 1, (out, err)
+    assert "ConnectionResetError" in err or "BrokenPipeError" in err, err
+    assert delta(before, stats()).get("rdma_resets", 0) >= 1
+    print(f"{how}: the client failed {took:.1f} s after", err.strip())
+
+
+def break_path(how, srv):
+    """Kill the server on B ("kill"), take A's NIC down ("link": A's side
+    of the link, since B's agent is reached over it), or take A's RDMA
+    device away ("device": rxe has no way to take a device from its users,
+    deleting it waits for them, so it goes as hardware would: the NIC
+    under A's rxe0 leaves its driver).  Returns what puts it back, or
+    None."""
+    local_dev = next(n for n in sorted(os.listdir("/sys/class/net"))
+                     if n != "lo")
+    if how == "kill":
+        srv.kill()
+        return None
+    if how == "link":
+        subprocess.run(["ip", "link", "set", local_dev, "down"], check=True)
+        return lambda: subprocess.run(["ip", "link", "set", local_dev, "up"],
+                                      check=True)
+    addr = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev",
+                           local_dev], check=True, text=True,
+                          capture_output=True).stdout.split()[3]
+    nic = os.path.basename(os.readlink(f"/sys/class/net/{local_dev}/device"))
+    with open("/sys/bus/virtio/drivers/virtio_net/unbind", "w") as f:
+        f.write(nic)
+    return lambda: restore_nic(nic, addr)
 
 
 def restore_nic(nic, addr):
