@@ -33,6 +33,7 @@
 #include "fast.hpp"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +67,7 @@ constexpr unsigned MAX_CQS = 16;
 constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
 constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
 constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
+constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the thread ends
 
 // ---- libibverbs, opened on first use --------------------------------------
 
@@ -110,8 +112,9 @@ struct Link {
 	std::uint32_t gen = 0;
 	State state = State::WAIT_PEER;
 	ibv_qp *qp = nullptr;
-	ibv_mr *mr = nullptr;
-	unsigned char *mem = nullptr;	// landing | mirror | credit words
+	ibv_mr *mr = nullptr;		// landing | peer_took: the peer writes there
+	ibv_mr *lmr = nullptr;		// mirror | my_took: only we read them
+	unsigned char *mem = nullptr;	// landing | peer_took | mirror | my_took
 	std::size_t mem_len = 0;
 	unsigned char *landing = nullptr, *mirror = nullptr;
 	std::uint64_t *peer_took = nullptr, *my_took = nullptr;
@@ -172,6 +175,24 @@ void kick() noexcept
 	(void)!real::write()(hub.ev, &one, sizeof(one));
 }
 
+// Whether the kernel has any RDMA device (sysfs; no libibverbs yet).
+bool any_device() noexcept
+{
+	DIR *d = opendir("/sys/class/infiniband");
+	bool any = false;
+
+	if (!d)
+		return false;
+	while (const dirent *e = readdir(d)) {
+		if (e->d_name[0] != '.') {
+			any = true;
+			break;
+		}
+	}
+	closedir(d);
+	return any;
+}
+
 // Whether the libibverbs of this machine lists any device (cached).  Under
 // hub.lock.
 bool available_locked() noexcept
@@ -180,6 +201,9 @@ bool available_locked() noexcept
 		return hub.avail > 0;
 	hub.avail = -1;
 	if (const char *e = getenv("SD_RDMA"); e && !strcmp(e, "0"))
+		return false;
+	// Without a device, not even libibverbs (it loads every provider).
+	if (!any_device())
 		return false;
 	if (!v.load())
 		return false;
@@ -272,6 +296,8 @@ void link_free(Link *l) noexcept
 		v.ibv_destroy_qp(l->qp);
 	if (l->mr)
 		v.ibv_dereg_mr(l->mr);
+	if (l->lmr)
+		v.ibv_dereg_mr(l->lmr);
 	if (l->mem)
 		munmap(l->mem, l->mem_len);
 	// Last: closing it tells the module the bridge let go.
@@ -316,7 +342,8 @@ void post_recv(Link *l) noexcept
 // half.  Under hub.lock, with the device open.
 bool link_prepare(Link *l) noexcept
 {
-	l->mem_len = 2 * std::size_t{LAND_SIZE} + 4096;
+	const std::size_t half = std::size_t{LAND_SIZE} + 4096;
+	l->mem_len = 2 * half;
 	void *m = mmap(nullptr, l->mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
 		       -1, 0);
 	if (m == MAP_FAILED)
@@ -325,12 +352,15 @@ bool link_prepare(Link *l) noexcept
 	// A child of fork gets none of it (it has no bridge; see after_fork).
 	madvise(l->mem, l->mem_len, MADV_DONTFORK);
 	l->landing = l->mem;
-	l->mirror = l->mem + LAND_SIZE;
-	l->peer_took = reinterpret_cast<std::uint64_t *>(l->mem + 2 * LAND_SIZE);
-	l->my_took = l->peer_took + 8;
-	l->mr = (v.ibv_reg_mr)(hub.pd, l->mem, l->mem_len,
-			     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!l->mr || !slot_take(l))
+	l->peer_took = reinterpret_cast<std::uint64_t *>(l->mem + LAND_SIZE);
+	l->mirror = l->mem + half;
+	l->my_took = reinterpret_cast<std::uint64_t *>(l->mirror + LAND_SIZE);
+	// Registered once per connection.  The peer may write only the
+	// landing area and the credit word; what we send from is ours alone.
+	l->mr = (v.ibv_reg_mr)(hub.pd, l->mem, half,
+			       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	l->lmr = (v.ibv_reg_mr)(hub.pd, l->mirror, half, IBV_ACCESS_LOCAL_WRITE);
+	if (!l->mr || !l->lmr || !slot_take(l))
 		return false;
 
 	ibv_qp_init_attr qa = {};
@@ -585,7 +615,7 @@ void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remo
 	ibv_sge sge = {};
 	sge.addr = reinterpret_cast<std::uint64_t>(local);
 	sge.length = len;
-	sge.lkey = l->mr->lkey;
+	sge.lkey = l->lmr->lkey;
 	ibv_send_wr wr = {}, *bad = nullptr;
 	const bool data = len && imm == len;
 	wr.wr_id = wr_id(*l) | (data ? WR_DATA : 0);
@@ -837,10 +867,27 @@ void wait_events() noexcept
 	}
 }
 
+// The bridge thread.  It ends once the process had no RDMA connection
+// for a while (the next one starts it again), so that a program whose
+// main thread ends with pthread_exit is not kept alive by it.
 void *bridge_main(void *) noexcept
 {
+	std::int64_t idle_since = 0;
+
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
+		if (!hub.live.load(std::memory_order_relaxed)) {
+			const std::int64_t now = fast::now_ns();
+			if (!idle_since) {
+				idle_since = now;
+			} else if (now - idle_since > IDLE_EXIT_NS) {
+				hub.thread = false;
+				pthread_mutex_unlock(&hub.lock);
+				return nullptr;
+			}
+		} else {
+			idle_since = 0;
+		}
 		bool moved = poll_cqs();
 		for (unsigned i = 0; i < MAX_LINKS; i++) {
 			Link *l = hub.slots[i];
