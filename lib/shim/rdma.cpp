@@ -1097,17 +1097,10 @@ bool sd_hook_accept4(int fd, struct sockaddr *addr, socklen_t *alen, int flags,
 	return true;
 }
 
+// accept is accept4 without flags.
 bool sd_hook_accept(int fd, struct sockaddr *addr, socklen_t *alen, int *result) noexcept
 {
-	if (!is_offered(fd))
-		return false;
-	*result = real::accept()(fd, addr, alen);
-	if (*result >= 0) {
-		const int saved = errno;
-		accepted(*result);
-		errno = saved;
-	}
-	return true;
+	return sd_hook_accept4(fd, addr, alen, 0, result);
 }
 
 // Before a connect to another host: our half, offered through the
