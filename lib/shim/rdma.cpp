@@ -635,6 +635,13 @@ void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remo
 		l->data_inflight++;
 }
 
+// The end of this end's stream: a write of no bytes.
+void send_fin(Link *l) noexcept
+{
+	write_imm(l, nullptr, 0, l->peer.ring_addr, l->peer.ring_rkey, IMM_FIN);
+	l->tx_done = true;
+}
+
 void completion(Link *l, const ibv_wc &wc) noexcept
 {
 	const bool recv = wc.wr_id & WR_RECV;
@@ -755,8 +762,7 @@ bool pump(Link *l) noexcept
 		}
 		l->cons().flush();
 		if (r == 0) {
-			write_imm(l, nullptr, 0, l->peer.ring_addr, l->peer.ring_rkey, IMM_FIN);
-			l->tx_done = true;
+			send_fin(l);
 		} else {
 			write_imm(l, l->mirror + off, static_cast<std::uint32_t>(r),
 				  l->peer.ring_addr + off, l->peer.ring_rkey,
@@ -825,8 +831,7 @@ bool step(Link *l, bool *done) noexcept
 	if (hub.exiting.load(std::memory_order_relaxed) && l->state == State::RUN &&
 	    !l->tx_done && !l->data_inflight && l->inflight < SEND_WR &&
 	    l->cons().readable() == 0) {
-		write_imm(l, nullptr, 0, l->peer.ring_addr, l->peer.ring_rkey, IMM_FIN);
-		l->tx_done = true;
+		send_fin(l);
 		moved = true;
 	}
 	return moved;

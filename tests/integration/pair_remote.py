@@ -273,7 +273,6 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     retries), never a hang; both sides count the reset."""
     prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
-    restore = None
     sysctl("rendezvous_port", RDV_PORT)
     peer_sysctl(peer, "redirect", 1)
     peer_sysctl(peer, "rendezvous_port", RDV_PORT)
@@ -283,18 +282,8 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     cli = subprocess.Popen([prog, "client", peer.remote, str(port),
                             str(1 << 40), "3"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
-    try:
-        time.sleep(5)
-        assert cli.poll() is None, cli.communicate()
-        restore = break_path(how, srv)
-        t0 = time.monotonic()
-        out, err = cli.communicate(timeout=120)
-        took = time.monotonic() - t0
-    finally:
-        cli.kill()
-        cli.wait()
-        if restore:
-            restore()
+    time.sleep(5)
+    out, err, took = break_and_wait(how, srv, cli)
     assert cli.returncode == 1, (out, err)
     assert "reset" in err.lower() or "broken pipe" in err.lower(), err
     assert delta(before, stats()).get("rdma_resets", 0) >= 1
@@ -353,26 +342,36 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
     cli = subprocess.Popen([SDRUN, sys.executable, "-c", STREAMER,
                             peer.remote, str(port)], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
-    restore = None
     try:
         assert cli.stdout.readline().strip() == "connected"
         time.sleep(5)
-        assert cli.poll() is None, cli.communicate()
         assert delta(before, stats()).get("rdma_connects") == 1
-        restore = break_path(how, srv)
-        t0 = time.monotonic()
-        out, err = cli.communicate(timeout=120)
-        took = time.monotonic() - t0
+        out, err, took = break_and_wait(how, srv, cli)
     finally:
         cli.kill()
-        cli.wait()
-        if restore:
-            restore()
         srv.kill()
     assert cli.returncode == 1, (out, err)
     assert "ConnectionResetError" in err or "BrokenPipeError" in err, err
     assert delta(before, stats()).get("rdma_resets", 0) >= 1
     print(f"{how}: the client failed {took:.1f} s after", err.strip())
+
+
+def break_and_wait(how, srv, cli):
+    """The client still streaming, break the path (break_path), and wait
+    for the client's end (bounded): its output and the seconds it took.
+    The client is killed and the path restored whatever happens."""
+    restore = None
+    try:
+        assert cli.poll() is None, cli.communicate()
+        restore = break_path(how, srv)
+        t0 = time.monotonic()
+        out, err = cli.communicate(timeout=120)
+        return out, err, time.monotonic() - t0
+    finally:
+        cli.kill()
+        cli.wait()
+        if restore:
+            restore()
 
 
 def break_path(how, srv):
