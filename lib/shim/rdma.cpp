@@ -795,6 +795,16 @@ bool peer_dropped(Link *l) noexcept
 	return l->cons().readable() > 0;
 }
 
+// The peer's bridge let go cleanly after taking all we sent: its queue
+// pair may be gone, and a write of ours still in flight (its last credit,
+// say) may never complete (soft-RoCE does not always fail it), so there
+// is nothing to wait for.
+bool peer_ended(Link *l) noexcept
+{
+	return (__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED) &&
+	       !peer_dropped(l);
+}
+
 // One look at a link.  Returns whether anything moved; *done when the
 // link is finished (let go of it).
 bool step(Link *l, bool *done) noexcept
@@ -825,7 +835,8 @@ bool step(Link *l, bool *done) noexcept
 	}
 	// After the socket closed and its end of stream went out, the
 	// connection is over for this end.
-	if (l->tx_done && !l->inflight && l->credited == l->copied && sock_closed(l))
+	if (l->tx_done && l->credited == l->copied && sock_closed(l) &&
+	    (!l->inflight || peer_ended(l)))
 		*done = true;
 	// A process that exits sends its end of stream once all it sent is out.
 	if (hub.exiting.load(std::memory_order_relaxed) && l->state == State::RUN &&
@@ -932,8 +943,9 @@ void drain() noexcept
 		bool all = true;
 		pthread_mutex_lock(&hub.lock);
 		for (unsigned i = 0; i < MAX_LINKS; i++) {
-			const Link *l = hub.slots[i];
-			if (l && l->started && !l->failed && (!l->tx_done || l->inflight))
+			Link *l = hub.slots[i];
+			if (l && l->started && !l->failed &&
+			    (!l->tx_done || (l->inflight && !peer_ended(l))))
 				all = false;
 		}
 		pthread_mutex_unlock(&hub.lock);

@@ -164,15 +164,28 @@ public:
 			die("SD_RDMA_EVENTFD");
 	}
 
-	// Until both directions ended (or the connection failed).
+	// Until both directions ended (or the connection failed).  Once they
+	// did, the writes still in flight get a while to complete: the peer
+	// may have gone as soon as it had our end of stream, and soft-RoCE
+	// does not always fail a write to a queue pair that went.
 	void run()
 	{
-		while (!(tx_done_ && rx_done_ && !inflight_ && credited_ == copied_)) {
+		std::chrono::steady_clock::time_point ended;
+		for (;;) {
 			bool moved = poll_cq();
 			moved |= land();
 			moved |= pump();
 			if (failed_)
 				break;
+			if (tx_done_ && rx_done_ && credited_ == copied_) {
+				const auto now = std::chrono::steady_clock::now();
+				if (!inflight_)
+					break;
+				if (ended == std::chrono::steady_clock::time_point{})
+					ended = now;
+				else if (now - ended > std::chrono::seconds(2))
+					break;
+			}
 			if (!moved)
 				wait();
 		}
