@@ -1277,8 +1277,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 			err = sd_connect_rdma(sk, &dst, &reason);
 			if (!err) {
 				sd_stat_inc(net, SD_STAT_CONNECTS);
-				sock->state = SS_CONNECTED;
-				goto out;
+				goto connected;
 			}
 			if (err == -ECONNREFUSED)
 				reason = SD_FALLBACK_NONE;
@@ -1345,6 +1344,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 
 	sd_set_state(sk, TCP_ESTABLISHED);
 	sd_stat_inc(net, SD_STAT_CONNECTS);
+connected:
 	if (nonblock) {
 		/* As TCP: the outcome is for poll and SO_ERROR to tell. */
 		sock->state = SS_CONNECTING;

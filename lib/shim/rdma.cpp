@@ -1128,9 +1128,15 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 	in6_addr src;
 	Link *l = nullptr;
 
-	if (!addr || !available() || !route_source(addr, len, &src))
+	// Only a socket's first connect: the next ones (after EINPROGRESS)
+	// only ask how it went, and one that fell back is TCP's.
+	if (!addr || !available())
 		return false;
 	const int saved = errno;
+	if (transport(fd) != SD_TRANSPORT_NONE || !route_source(addr, len, &src)) {
+		errno = saved;
+		return false;
+	}
 	const int one = 1;
 	pthread_mutex_lock(&hub.lock);
 	bool ok = device_for(src) && (l = link_new()) && link_prepare(l);
@@ -1148,7 +1154,9 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 	}
 	*result = real::connect()(fd, addr, len);
 	const int err = errno;
-	if (*result == 0 && transport(fd) == SD_TRANSPORT_RDMA) {
+	// A non-blocking connect carried over RDMA is connected already when
+	// it says EINPROGRESS (the rendezvous is done), as TCP's may be.
+	if ((*result == 0 || err == EINPROGRESS) && transport(fd) == SD_TRANSPORT_RDMA) {
 		bridge_up(fd, l);
 	} else {
 		pthread_mutex_lock(&hub.lock);
