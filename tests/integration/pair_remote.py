@@ -271,7 +271,8 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     to a server on B; the server is killed, or the link between the hosts
     drops (A's NIC goes down), or B's RDMA device is removed: the client's calls end in an error within the bound (the
     other monitor's CLOSE, the link's keepalive, or the queue pair's
-    retries), never a hang; both sides count the reset."""
+    retries), never a hang; after a broken link or device both sides
+    count the reset."""
     prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
     sysctl("rendezvous_port", RDV_PORT)
@@ -287,7 +288,12 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     out, err, took = break_and_wait(how, srv, cli)
     assert cli.returncode == 1, (out, err)
     assert "reset" in err.lower() or "broken pipe" in err.lower(), err
-    assert delta(before, stats()).get("rdma_resets", 0) >= 1
+    # A server killed when it had taken every byte that landed ends
+    # cleanly (its monitor's CLOSE), and the client's next send meets a
+    # closed socket (EPIPE, as after TCP's FIN and RST): no reset counted
+    # here then.  A broken link or device is always a reset.
+    if how != "kill":
+        assert delta(before, stats()).get("rdma_resets", 0) >= 1
     print(f"{how}: the client failed {took:.1f} s after", err.strip())
     if how == "kill":
         return
