@@ -14,7 +14,8 @@
  * Who tells the peer's monitor is decided under conn->lock: the socket's
  * close leaves it to a bridge that is still there (conn->bridged and not
  * conn->bridge_gone), and a bridge that goes while the socket is still
- * open resets the connection.
+ * open resets the connection, unless the socket is closing too (a process
+ * that exits without closing it): then its close tells.
  */
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
@@ -139,18 +140,54 @@ static int sd_bridge_mmap(struct file *file, struct vm_area_struct *vma)
  * hears it was clean if the bridge took everything the socket sent.  If
  * the socket is still open, nothing carries its data any more: reset.
  */
+/*
+ * Whether the socket is closing already: the last reference to its file
+ * went and the release is queued.  A process that exits closes all its
+ * descriptors first and then releases their files, the last closed first,
+ * so the bridge's descriptor (numbered higher) goes just before the socket
+ * of a connection the program never closed.  Files and AF_SD sockets are
+ * freed after a grace period, so both may be looked at under RCU;
+ * sk_callback_lock keeps sk_socket (sock_orphan clears it).
+ */
+static bool sd_bridge_sock_closing(struct sd_bridge *b)
+{
+	struct socket *sock;
+	struct file *file;
+	struct sock *sk;
+	bool closing = false;
+
+	rcu_read_lock();
+	sk = rcu_dereference(b->conn->end[b->side]);
+	if (sk) {
+		read_lock_bh(&sk->sk_callback_lock);
+		sock = sk->sk_socket;
+		file = sock ? READ_ONCE(sock->file) : NULL;
+		closing = file && !file_count(file);
+		read_unlock_bh(&sk->sk_callback_lock);
+	}
+	rcu_read_unlock();
+	return closing;
+}
+
 static int sd_bridge_release(struct inode *inode, struct file *file)
 {
 	struct sd_bridge *b = file->private_data;
 	struct sd_conn *conn = b->conn;
-	bool open, clean;
+	bool open, clean, closing;
 
+	/*
+	 * Looked at first: a socket closing now ends the connection itself,
+	 * after the flag below (sd_conn_close), or did already (gone).
+	 */
+	closing = sd_bridge_sock_closing(b);
 	spin_lock(&conn->lock);
 	open = !conn->gone[b->side];
 	conn->bridge_gone = true;
 	spin_unlock(&conn->lock);
 
-	if (open) {
+	if (open && closing) {
+		/* Its close tells the peer's monitor how it ended. */
+	} else if (open) {
 		sd_link_fail(conn->link);
 		sd_conn_bridge_fail(conn, b->side);
 	} else {

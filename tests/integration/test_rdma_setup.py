@@ -1221,6 +1221,37 @@ def test_bridge_gone_while_the_socket_is_open_resets(h):
     assert h.a.err("recv('c2', timeout=5)") in ("ECONNRESET", "EPIPE")
 
 
+def test_process_exiting_without_a_close_ends_cleanly(h):
+    """A process that exits holding an RDMA connection's socket and its
+    bridge's descriptor (numbered higher) never closed either: its exit
+    releases the bridge's descriptor first (the last closed goes first),
+    while the socket is closing too.  The socket's close, not the bridge's,
+    tells the peer: a clean end, as the bridge had taken everything, and
+    no reset counted on either side."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    da, db = Counters(A), Counters(B)
+    w = h.b.start("return recv('s', timeout=20)")
+    h.a.call("""
+        r, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(wr)
+            os.dup2(S['cb'], 900)
+            os.close(S['cb'])
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        bridge_close('c')
+        close('c')
+        os.write(wr, b'x')
+        os.close(wr)
+        os.waitpid(pid, 0)""")
+    assert w.result(25) == b""
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
 def test_peer_end_waits_for_the_bridge_fin(h):
     """With a bridge, the peer's clean end (its monitor's CLOSE) refuses
     further sends but is not the end of the stream: the bridge gives that
