@@ -130,6 +130,7 @@ struct Link {
 	std::uint64_t sent = 0, arrived = 0, copied = 0, credited = 0;
 	unsigned inflight = 0, data_inflight = 0;
 	bool tx_done = false, rx_done = false, peer_fin = false, failed = false;
+	bool closed_seen = false;	// the peer's clean end, seen before a poll
 
 	sd::Producer &prod() { return *std::launder(reinterpret_cast<sd::Producer *>(prod_buf)); }
 	sd::Consumer &cons() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons_buf)); }
@@ -701,10 +702,24 @@ bool poll_cqs() noexcept
 	return any;
 }
 
-// Landed bytes into the receive ring, then the credit back.
+// The socket closed (its last descriptor went): the module marked its
+// receive ring.
+bool sock_closed(const Link *l) noexcept
+{
+	return __atomic_load_n(l->rx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
+}
+
+// Landed bytes into the receive ring, then the credit back.  Bytes that
+// come after the socket closed meet a closed socket, which TCP answers
+// with a reset: looked at in the ring's own flags, which the producer's
+// cached copy may not show yet.
 bool land(Link *l) noexcept
 {
 	const std::uint64_t from = l->copied;
+	if (l->copied < l->arrived && sock_closed(l)) {
+		fail(l);
+		return true;
+	}
 	while (l->copied < l->arrived) {
 		const std::uint64_t off = l->copied % LAND_SIZE;
 		const std::uint64_t n = std::min<std::uint64_t>(l->arrived - l->copied,
@@ -776,13 +791,6 @@ bool pump(Link *l) noexcept
 	return moved;
 }
 
-// The socket closed (its last descriptor went): the module marked its
-// receive ring.
-bool sock_closed(const Link *l) noexcept
-{
-	return __atomic_load_n(l->rx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
-}
-
 // The peer's bridge let go cleanly (its monitor's CLOSE came, and the
 // module marked our send ring): bytes we sent that it never took, or send
 // now, reached a closed socket, which TCP answers with a reset.
@@ -805,6 +813,24 @@ bool peer_ended(Link *l) noexcept
 	       !peer_dropped(l);
 }
 
+// The peer's monitor said the peer ended cleanly, but its end of stream
+// never came.  Its bridge lets go only once its FIN completed, which puts
+// the FIN's completion in our queue before its monitor's message leaves;
+// so once the queue was polled after the flag was seen, a missing FIN
+// means the peer went without sending one (killed with nothing left to
+// send): a reset, not an end of stream that never comes.
+bool peer_lost_fin(Link *l, bool *moved) noexcept
+{
+	if (l->peer_fin || !(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED))
+		return false;
+	if (!l->closed_seen) {
+		l->closed_seen = true;	// look again after the next poll
+		*moved = true;
+		return false;
+	}
+	return true;
+}
+
 // One look at a link.  Returns whether anything moved; *done when the
 // link is finished (let go of it).
 bool step(Link *l, bool *done) noexcept
@@ -825,7 +851,7 @@ bool step(Link *l, bool *done) noexcept
 	if (l->state == State::RUN && !l->failed) {
 		moved |= land(l);
 		moved |= pump(l);
-		if (peer_dropped(l))
+		if (peer_dropped(l) || peer_lost_fin(l, &moved))
 			fail(l);
 	}
 	if (l->failed) {

@@ -337,8 +337,8 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
     """Plain programs under sdrun, carried by libsd's bridge: A streams to
     a sink on B; the sink is killed, A's NIC goes down, or the NIC under
     A's RDMA device leaves its driver: A's send fails
-    (a reset or a broken pipe) within the bound, never a hang, and A
-    counts the reset."""
+    (a reset or a broken pipe) within the bound, never a hang; after a
+    broken link or device A counts the reset."""
     port = {"kill": 9511, "link": 9512, "device": 9513}[how]
     sysctl("rendezvous_port", RDV_PORT)
     peer_sysctl(peer, "redirect", 1)
@@ -359,7 +359,12 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
         srv.kill()
     assert cli.returncode == 1, (out, err)
     assert "ConnectionResetError" in err or "BrokenPipeError" in err, err
-    assert delta(before, stats()).get("rdma_resets", 0) >= 1
+    # A sink killed with nothing unread in its ring closes cleanly (its
+    # monitor's CLOSE); A's bridge then resets its own end because what it
+    # sent was never taken, but that link had ended already: counted only
+    # after a broken link or device.
+    if how != "kill":
+        assert delta(before, stats()).get("rdma_resets", 0) >= 1
     print(f"{how}: the client failed {took:.1f} s after", err.strip())
 
 
