@@ -41,6 +41,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -68,6 +69,7 @@ constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
 constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
 constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
 constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the thread ends
+constexpr std::int64_t ALONE_CHECK_NS = 1'000'000'000;	// is it the last thread?
 
 // ---- libibverbs, opened on first use --------------------------------------
 
@@ -150,6 +152,7 @@ struct Hub {
 	int ev = -1;			// the module's kicks and ours
 	bool thread = false;
 	std::atomic<bool> exiting{false};
+	std::atomic<bool> last{false};	// the thread outlived the program's
 	// Slots: set under lock by the hooks, taken by the thread.
 	Link *slots[MAX_LINKS] = {};
 	std::uint32_t gens[MAX_LINKS] = {};
@@ -909,15 +912,73 @@ void wait_events() noexcept
 	}
 }
 
+// Every connection carried out what it was sent and its end of stream
+// (or failed, or the peer went with all of it).  Under hub.lock.
+bool drained_locked() noexcept
+{
+	for (unsigned i = 0; i < MAX_LINKS; i++) {
+		Link *l = hub.slots[i];
+		if (l && l->started && !l->failed &&
+		    (!l->tx_done || (l->inflight && !peer_ended(l))))
+			return false;
+	}
+	return true;
+}
+
+// A task of this process that has not ended: state (the field after the
+// command's ')') other than Z (a main thread that ended stays a zombie
+// until the whole process does) or X.
+bool task_lives(const char *name) noexcept
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/task/%s/stat", name);
+	const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[512];
+	const ssize_t n = real::read()(fd, buf, sizeof(buf) - 1);
+	real::close()(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+// Whether the bridge thread is all that is left of the process: every
+// thread of the program ended (main with pthread_exit), and without us
+// the process would have exited, with status 0.
+bool alone() noexcept
+{
+	DIR *d = opendir("/proc/self/task");
+	if (!d)
+		return false;
+	unsigned live = 0;
+	while (const dirent *e = readdir(d))
+		if (e->d_name[0] != '.' && task_lives(e->d_name) && ++live > 1)
+			break;
+	closedir(d);
+	return live == 1;
+}
+
 // The bridge thread.  It ends once the process had no RDMA connection
-// for a while (the next one starts it again), so that a program whose
-// main thread ends with pthread_exit is not kept alive by it.
+// for a while (the next one starts it again).  If it outlives the
+// program's threads (main ended with pthread_exit while connections were
+// open), it carries out what they sent and their ends of stream, and
+// exits the process with status 0, as the last thread's end would have.
 void *bridge_main(void *) noexcept
 {
-	std::int64_t idle_since = 0;
+	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0;
 
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
+		// The program's threads all ended while connections were open:
+		// carry them out, then exit as the process would have.
+		if (hub.last.load(std::memory_order_relaxed) &&
+		    (drained_locked() || fast::now_ns() - last_move > EXIT_STALL_NS)) {
+			pthread_mutex_unlock(&hub.lock);
+			exit(0);
+		}
 		if (!hub.live.load(std::memory_order_relaxed)) {
 			const std::int64_t now = fast::now_ns();
 			if (!idle_since) {
@@ -945,9 +1006,22 @@ void *bridge_main(void *) noexcept
 			}
 		}
 		pthread_mutex_unlock(&hub.lock);
-		if (moved)
+		const std::int64_t now = fast::now_ns();
+		if (moved) {
 			hub.progress.fetch_add(1, std::memory_order_relaxed);
-		else
+			last_move = now;
+		}
+		if (now - checked > ALONE_CHECK_NS && hub.live.load(std::memory_order_relaxed) &&
+		    !hub.last.load(std::memory_order_relaxed)) {
+			checked = now;
+			if (alone()) {
+				last_move = now;
+				hub.exiting.store(true, std::memory_order_relaxed);
+				hub.last.store(true, std::memory_order_relaxed);
+				continue;
+			}
+		}
+		if (!moved)
 			wait_events();
 	}
 	return nullptr;
@@ -959,21 +1033,16 @@ void *bridge_main(void *) noexcept
 // before it goes, for as long as that makes progress.
 void drain() noexcept
 {
-	if (!hub.live.load(std::memory_order_relaxed))
+	// (Not when the thread itself exits: it drained already.)
+	if (!hub.live.load(std::memory_order_relaxed) || hub.last.load(std::memory_order_relaxed))
 		return;
 	hub.exiting.store(true, std::memory_order_relaxed);
 	kick();
 	std::uint64_t seen = hub.progress.load(std::memory_order_relaxed);
 	std::int64_t since = fast::now_ns();
 	while (hub.live.load(std::memory_order_relaxed)) {
-		bool all = true;
 		pthread_mutex_lock(&hub.lock);
-		for (unsigned i = 0; i < MAX_LINKS; i++) {
-			Link *l = hub.slots[i];
-			if (l && l->started && !l->failed &&
-			    (!l->tx_done || (l->inflight && !peer_ended(l))))
-				all = false;
-		}
+		const bool all = drained_locked();
 		pthread_mutex_unlock(&hub.lock);
 		if (all)
 			break;

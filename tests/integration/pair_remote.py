@@ -6,6 +6,7 @@ test_); scripts/check's "pair" stage runs it:
 
     tests/vm/pair --rdma -- python3 -m pytest -q tests/integration/pair_remote.py
 """
+import hashlib
 import json
 import os
 import select
@@ -263,6 +264,123 @@ def test_unmodified_programs_over_rdma(peer, settings):
     d, pd = delta(before, stats()), delta(pbefore, stats(peer))
     assert d.get("rdma_connects") == 2 and "rdma_resets" not in d, d
     assert pd.get("rdma_queued") == 2 and "rdma_resets" not in pd, pd
+
+
+SINK_SUM = """
+import hashlib, socket, sys
+lst = socket.create_server(("", int(sys.argv[1])))
+print("ready", flush=True)
+c, _ = lst.accept()
+h, n = hashlib.sha256(), 0
+while True:
+    d = c.recv(65536)
+    if not d:
+        break
+    h.update(d)
+    n += len(d)
+print(n, h.hexdigest(), flush=True)
+"""
+
+LEAVER = """
+import ctypes, os, socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.sendall(bytes(range(256)) * 1000)
+print("sent", flush=True)
+if sys.argv[3] == "pthread_exit":
+    ctypes.CDLL(None).pthread_exit(None)
+os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("how", ["pthread_exit", "_exit"])
+def test_program_ends_with_a_connection_open(peer, settings, how):
+    """A program under sdrun ends without closing its RDMA connection: its
+    only thread ends with pthread_exit, or it calls _exit.  It exits with
+    status 0, as on TCP (libsd's bridge thread does not keep it alive), and
+    the other host gets every byte, then the end of stream, with no reset
+    counted on either host: the bridge carries the rest before the process
+    goes, and the socket's close, not the bridge's descriptor (released
+    just before it), tells the peer's monitor how the connection ended."""
+    port = {"pthread_exit": APP_PORT + 2, "_exit": APP_PORT + 3}[how]
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    data = bytes(range(256)) * 1000
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK_SUM, str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", LEAVER, peer.remote,
+                              str(port), how], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 0 and out.stdout.strip() == "sent", out.stderr
+        line = srv.readline(120)
+        assert line == f"{len(data)} {hashlib.sha256(data).hexdigest()}", \
+            (line, srv.rc, srv.stderr)
+        assert srv.wait(60) == 0, srv.stderr
+    finally:
+        srv.kill()
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("rdma_connects") == 1 and "rdma_resets" not in d, d
+    assert pd.get("rdma_queued") == 1 and "rdma_resets" not in pd, pd
+
+
+IDLE_SERVER = """
+import socket, sys
+lst = socket.create_server(("", int(sys.argv[1])))
+print("ready", flush=True)
+c, _ = lst.accept()
+print("got", c.recv(100).decode(), flush=True)
+try:
+    print("recv", repr(c.recv(100)), flush=True)
+except OSError as e:
+    print("recv", type(e).__name__, flush=True)
+"""
+
+IDLE_CLIENT = """
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.sendall(b"hello")
+print("sent", flush=True)
+time.sleep(600)
+"""
+
+
+def test_idle_peer_killed_ends_the_connection(peer, settings):
+    """A client under sdrun sends a request and waits; the server on the
+    other host reads it and waits for more.  The client is killed (SIGKILL:
+    nothing of libsd runs, no end of stream goes over RDMA).  The server's
+    recv returns within seconds instead of waiting for ever: its monitor
+    hears a clean close (nothing was left unsent), its bridge sees that no
+    end of stream came and resets the connection (ECONNRESET where TCP
+    gives the end of stream; either is accepted here)."""
+    port = APP_PORT + 4
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before = stats()
+    srv = peer.spawn([SDRUN, sys.executable, "-c", IDLE_SERVER, str(port)])
+    cli = None
+    try:
+        assert srv.readline() == "ready"
+        cli = subprocess.Popen([SDRUN, sys.executable, "-c", IDLE_CLIENT,
+                                peer.remote, str(port)],
+                               stdout=subprocess.PIPE, text=True)
+        assert cli.stdout.readline().strip() == "sent"
+        assert srv.readline(120) == "got hello"
+        time.sleep(1)
+        cli.kill()
+        cli.wait(30)
+        t0 = time.monotonic()
+        line = srv.readline(60)
+        took = time.monotonic() - t0
+        assert line in ("recv ConnectionResetError", "recv b''"), line
+        print(f"the server's recv returned {took:.1f} s after the kill: {line}")
+    finally:
+        if cli and cli.poll() is None:
+            cli.kill()
+        srv.kill()
+    assert delta(before, stats()).get("rdma_connects") == 1
 
 
 @pytest.mark.parametrize("how", ["kill", "link", "device"])
