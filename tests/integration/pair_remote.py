@@ -101,6 +101,14 @@ def delta(before, after):
             if v != before.get(k, 0)}
 
 
+def assert_rdma_without_resets(peer, before, pbefore, n):
+    """A connected n RDMA connections and B queued n, and neither host
+    counted a reset since before and pbefore."""
+    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    assert d.get("rdma_connects") == n and "rdma_resets" not in d, d
+    assert pd.get("rdma_queued") == n and "rdma_resets" not in pd, pd
+
+
 def test_the_rdma_devices_talk(peer):
     """The test bed itself: a reliable-connected ping-pong between the two
     rxe devices (ibv_rc_pingpong), both ends must succeed."""
@@ -236,9 +244,7 @@ def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
     got = json.loads(out.stdout)
     assert got["transport"] == "rdma" and got["bytes_checked"] == 2000000, got
     assert srv.wait(120) == 0, srv.stderr
-    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
-    assert d.get("rdma_connects") == 1 and "rdma_resets" not in d, d
-    assert pd.get("rdma_queued") == 1 and "rdma_resets" not in pd, pd
+    assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
 def test_unmodified_programs_over_rdma(peer, settings):
@@ -261,9 +267,7 @@ def test_unmodified_programs_over_rdma(peer, settings):
         assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
     finally:
         srv.kill()
-    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
-    assert d.get("rdma_connects") == 2 and "rdma_resets" not in d, d
-    assert pd.get("rdma_queued") == 2 and "rdma_resets" not in pd, pd
+    assert_rdma_without_resets(peer, before, pbefore, 2)
 
 
 SINK_SUM = """
@@ -320,9 +324,7 @@ def test_program_ends_with_a_connection_open(peer, settings, how):
         assert srv.wait(60) == 0, srv.stderr
     finally:
         srv.kill()
-    d, pd = delta(before, stats()), delta(pbefore, stats(peer))
-    assert d.get("rdma_connects") == 1 and "rdma_resets" not in d, d
-    assert pd.get("rdma_queued") == 1 and "rdma_resets" not in pd, pd
+    assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
 IDLE_SERVER = """
