@@ -1279,6 +1279,13 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 				sd_stat_inc(net, SD_STAT_CONNECTS);
 				goto connected;
 			}
+			/*
+			 * The half went with this attempt only: another one
+			 * brings its own (libsd's queue pair for this one may
+			 * be gone).
+			 */
+			kfree(ss->rdma_half);
+			ss->rdma_half = NULL;
 			if (err == -ECONNREFUSED)
 				reason = SD_FALLBACK_NONE;
 			else if (err < 0)

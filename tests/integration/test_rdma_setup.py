@@ -1003,7 +1003,8 @@ def test_full_backlog_falls_back_busy(h):
 
 def test_accept_rule_refuses_a_remote_client(h):
     """An accept rule on B denying A's address: ECONNREFUSED, no fallback,
-    counted as denied_accept on B, nothing queued."""
+    counted as denied_accept on B, nothing queued; a later attempt on the
+    same socket carries a new half."""
     ns(B, SDCTL, "rules", "add", "deny", "dir", "accept", "remote", ADDR_A)
     h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
     da, db = Counters(A), Counters(B)
@@ -1014,6 +1015,15 @@ def test_accept_rule_refuses_a_remote_client(h):
     assert not h.b.call("return pending()")
     got = da()
     assert not fallbacks(got) and "rdma_connects" not in got, got
+    # The half went with the refused attempt (its queue pair may be gone
+    # too): another attempt on the same socket gives a new one, which is
+    # the one the server gets once the rule is gone.
+    ns(B, SDCTL, "rules", "flush")
+    ha = new_half()
+    h.a.call(f"set_half('c', {ha!r}); connect('c', {ADDR_B!r}, {PORT})")
+    assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+    h.b.call("accept('s')")
+    assert h.b.call("return peer_half('s', timeout=5)") == ha
 
 
 @pytest.mark.parametrize("action", ["deny", "tcp"])
