@@ -135,12 +135,6 @@ static int sd_bridge_mmap(struct file *file, struct vm_area_struct *vma)
 }
 
 /*
- * The bridge let go (its last descriptor and mapping went).  If the socket
- * closed first, this is the end of the connection: the peer's monitor
- * hears it was clean if the bridge took everything the socket sent.  If
- * the socket is still open, nothing carries its data any more: reset.
- */
-/*
  * Whether the socket is closing already: the last reference to its file
  * went and the release is queued.  A process that exits closes all its
  * descriptors first and then releases their files, the last closed first,
@@ -169,6 +163,13 @@ static bool sd_bridge_sock_closing(struct sd_bridge *b)
 	return closing;
 }
 
+/*
+ * The bridge let go (its last descriptor and mapping went).  If the socket
+ * closed first, this is the end of the connection: the peer's monitor
+ * hears it was clean if the bridge took everything the socket sent.  If
+ * the socket is closing too, its close tells.  If it is still open,
+ * nothing carries its data any more: reset.
+ */
 static int sd_bridge_release(struct inode *inode, struct file *file)
 {
 	struct sd_bridge *b = file->private_data;
@@ -185,11 +186,11 @@ static int sd_bridge_release(struct inode *inode, struct file *file)
 	conn->bridge_gone = true;
 	spin_unlock(&conn->lock);
 
-	if (open && closing) {
-		/* Its close tells the peer's monitor how it ended. */
-	} else if (open) {
-		sd_link_fail(conn->link);
-		sd_conn_bridge_fail(conn, b->side);
+	if (open) {
+		if (!closing) {
+			sd_link_fail(conn->link);
+			sd_conn_bridge_fail(conn, b->side);
+		}
 	} else {
 		/* The socket is gone: nobody produces into the send ring. */
 		clean = !READ_ONCE(conn->reset) &&

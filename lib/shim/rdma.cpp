@@ -712,6 +712,13 @@ bool sock_closed(const Link *l) noexcept
 	return __atomic_load_n(l->rx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
 }
 
+// The peer's bridge let go cleanly: its monitor's CLOSE came, and the
+// module marked our send ring.
+bool peer_closed(const Link *l) noexcept
+{
+	return __atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
+}
+
 // Landed bytes into the receive ring, then the credit back.  Bytes that
 // come after the socket closed meet a closed socket, which TCP answers
 // with a reset: looked at in the ring's own flags, which the producer's
@@ -794,12 +801,12 @@ bool pump(Link *l) noexcept
 	return moved;
 }
 
-// The peer's bridge let go cleanly (its monitor's CLOSE came, and the
-// module marked our send ring): bytes we sent that it never took, or send
-// now, reached a closed socket, which TCP answers with a reset.
+// The peer's bridge let go cleanly, but bytes we sent that it never
+// took, or send now, reached a closed socket, which TCP answers with a
+// reset.
 bool peer_dropped(Link *l) noexcept
 {
-	if (!(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED))
+	if (!peer_closed(l))
 		return false;
 	if (__atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE) != l->sent)
 		return true;
@@ -812,8 +819,7 @@ bool peer_dropped(Link *l) noexcept
 // is nothing to wait for.
 bool peer_ended(Link *l) noexcept
 {
-	return (__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED) &&
-	       !peer_dropped(l);
+	return peer_closed(l) && !peer_dropped(l);
 }
 
 // The peer's monitor said the peer ended cleanly, but its end of stream
@@ -824,7 +830,7 @@ bool peer_ended(Link *l) noexcept
 // send): a reset, not an end of stream that never comes.
 bool peer_lost_fin(Link *l, bool *moved) noexcept
 {
-	if (l->peer_fin || !(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED))
+	if (l->peer_fin || !peer_closed(l))
 		return false;
 	if (!l->closed_seen) {
 		l->closed_seen = true;	// look again after the next poll
