@@ -536,6 +536,17 @@ def break_path(how, srv):
                            local_dev], check=True, text=True,
                           capture_output=True).stdout.split()[3]
     nic = os.path.basename(os.readlink(f"/sys/class/net/{local_dev}/device"))
+    # First every packet the NIC is given is dropped, and the ones it sent
+    # are reaped.  Else a packet rxe sent just before the unbind stays in
+    # the dead NIC's queue, holding its queue pair, until the unbind is
+    # over; the unbind waits for rxe0 to go, rxe0 for its users, and the
+    # client's queue pair destroy (at its exit) for that packet: rxe breaks
+    # the cycle after 50 s with a WARN (rxe_pool.c).  0.3 s is well within
+    # the queue pair's retries (7 of 67 ms), so the device still leaves
+    # mid-transfer.
+    subprocess.run(["tc", "qdisc", "replace", "dev", local_dev, "root",
+                    "netem", "loss", "100%"], check=True)
+    time.sleep(0.3)
     with open("/sys/bus/virtio/drivers/virtio_net/unbind", "w") as f:
         f.write(nic)
     return lambda: restore_nic(nic, addr)
