@@ -139,11 +139,16 @@ struct sd_conn {
 	struct sd_link		*link;
 	/*
 	 * The bridge's descriptor of an RDMA connection (sd_bridge.c):
-	 * bridged once it was made, bridge_gone once it was closed.  Under
-	 * lock; neither is ever cleared.
+	 * bridged once it was made, bridge_gone once it was closed.  A
+	 * bridge that left (SD_IOC_RDMA_LEAVE) sets left and moved_at;
+	 * when it goes, bridged is cleared, and the next bridge clears
+	 * left.  Under lock.
 	 */
 	bool			bridged;
 	bool			bridge_gone;
+	bool			left;
+	bool			moved;		/* moved_at is set */
+	struct sd_rdma_move	moved_at;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
@@ -484,6 +489,9 @@ void sd_link_go(struct sd_link *link);
 void sd_link_put(struct sd_link *link);
 void sd_link_close(struct sd_link *link, bool clean);
 void sd_link_fail(struct sd_link *link);
+int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at);
+int sd_link_move(struct sd_link *link, const struct sd_rdma_half *half);
+int sd_link_moved(struct sd_link *link, struct sd_rdma_moved *out);
 void sd_link_kick(struct sd_link *link);
 int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half);
 int sd_link_get_peer(struct sd_link *link, struct sd_rdma_half *half,

@@ -16,11 +16,19 @@
  * conn->bridge_gone), and a bridge that goes while the socket is still
  * open resets the connection, unless the socket is closing too (a process
  * that exits without closing it): then its close tells.
+ *
+ * A bridge whose process exits while another process still holds the
+ * socket (fork) leaves instead (SD_IOC_RDMA_LEAVE): it stops with nothing
+ * in flight, the peer's monitor learns where, and its release leaves the
+ * connection waiting for a bridge in a process that holds the socket,
+ * which resumes from there (SD_IOC_RDMA_RESUME, SD_IOC_RDMA_MOVE).
  */
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
+#include <linux/fdtable.h>
+#include <linux/sched/mm.h>
 #include <linux/uaccess.h>
 #include <net/net_namespace.h>
 
@@ -30,6 +38,11 @@ struct sd_bridge {
 	struct sd_conn	*conn;		/* a reference */
 	struct net	*net;		/* a reference: the link's netns */
 	u8		side;		/* the socket's index in conn->end[] */
+	/* Under conn->lock: */
+	bool		leaving;	/* SD_IOC_RDMA_LEAVE under way or done */
+	bool		left;		/* it was: this bridge carries nothing */
+	bool		successor;	/* made after one left */
+	bool		moved;		/* its half went (SD_IOC_RDMA_MOVE) */
 };
 
 /*
@@ -84,12 +97,141 @@ int sd_rdma_op(struct sock *sk, struct sd_link *link, u32 op)
 	}
 }
 
+static int sd_fd_is(const void *p, struct file *file, unsigned int fd)
+{
+	return file == p ? fd + 1 : 0;
+}
+
+/*
+ * Whether a process other than the caller's holds @sk's file: a
+ * descriptor elsewhere (a child of fork), or one in flight (SCM_RIGHTS).
+ * The caller's own references are its descriptors and its mappings of the
+ * socket; a reference another of its threads holds for a moment (a call
+ * in progress on the socket) counts as another holder, which costs a
+ * needless move, nothing else.
+ */
+static bool sd_sock_held_elsewhere(struct sock *sk)
+{
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	struct file *file = NULL;
+	long own = 1;		/* ours, below */
+	unsigned int n = 0;
+	int r;
+
+	/* As in sd_bridge_sock_closing(): a file is freed after a grace period. */
+	rcu_read_lock();
+	read_lock_bh(&sk->sk_callback_lock);
+	if (sk->sk_socket && sk->sk_socket->file &&
+	    get_file_rcu(sk->sk_socket->file))
+		file = sk->sk_socket->file;
+	read_unlock_bh(&sk->sk_callback_lock);
+	rcu_read_unlock();
+	if (!file)
+		return false;
+	while ((r = iterate_fd(current->files, n, sd_fd_is, file)) > 0) {
+		own++;
+		n = r;
+	}
+	if (mm) {
+		VMA_ITERATOR(vmi, mm, 0);
+
+		mmap_read_lock(mm);
+		for_each_vma(vmi, vma)
+			if (vma->vm_file == file)
+				own++;
+		mmap_read_unlock(mm);
+	}
+	r = file_count(file) > own;
+	fput(file);
+	return r;
+}
+
+/*
+ * SD_IOC_RDMA_LEAVE: the bridge stopped at @at, nothing in flight, and its
+ * process goes while another holds the socket.  The peer's monitor is told
+ * first, then the connection waits for the next bridge.
+ */
+static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at)
+{
+	struct sd_conn *conn = b->conn;
+	struct sock *sk;
+	bool held;
+	int err;
+
+	/* The ring positions are the successor's to check (libsd's rings). */
+	if (at->reserved || at->pad ||
+	    at->flags & ~(SD_RDMA_MOVE_TX_FIN | SD_RDMA_MOVE_RX_FIN) ||
+	    at->took > at->sent)
+		return -EINVAL;
+	sk = sd_bridge_sock(b);
+	if (!sk)
+		return -EPIPE;
+	held = sd_sock_held_elsewhere(sk);
+	sock_put(sk);
+	if (!held)
+		return -EBUSY;
+
+	spin_lock(&conn->lock);
+	if (READ_ONCE(conn->reset))
+		err = -ECONNRESET;
+	else if (conn->gone[0] || conn->gone[1])
+		err = -EPIPE;
+	else if (b->leaving)
+		err = -EALREADY;
+	else
+		err = 0;
+	b->leaving = true;
+	spin_unlock(&conn->lock);
+	if (err)
+		return err;
+
+	/*
+	 * Told before the connection is marked: a socket that closes
+	 * meanwhile still leaves its end to us, and our release tells
+	 * (after the LEAVE, which the peer's bridge needs first).
+	 */
+	err = sd_link_leave(conn->link, at);
+	if (err)
+		return err;
+	spin_lock(&conn->lock);
+	b->left = true;
+	conn->left = true;
+	conn->moved = true;
+	conn->moved_at = *at;
+	spin_unlock(&conn->lock);
+	sd_stat_inc(b->net, SD_STAT_RDMA_MOVES);
+	return 0;
+}
+
+/* SD_IOC_RDMA_MOVE: a successor's half, to the peer's monitor, once. */
+static int sd_bridge_move(struct sd_bridge *b, const struct sd_rdma_half *half)
+{
+	struct sd_conn *conn = b->conn;
+	int err = 0;
+
+	if (half->flags || memchr_inv(half->reserved, 0, sizeof(half->reserved)))
+		return -EINVAL;
+	spin_lock(&conn->lock);
+	if (!b->successor || b->leaving)
+		err = -EINVAL;
+	else if (b->moved)
+		err = -EALREADY;
+	b->moved = true;
+	spin_unlock(&conn->lock);
+	if (err)
+		return err;
+	return sd_link_move(conn->link, half);
+}
+
 static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
 			    unsigned long arg)
 {
 	struct sd_bridge *b = file->private_data;
 	struct sd_link *link = b->conn->link;
+	struct sd_rdma_moved moved;
 	struct sd_rdma_half half;
+	struct sd_rdma_move at;
 	struct sock *sk;
 	u32 op;
 	int err;
@@ -111,6 +253,31 @@ static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
 		if (err)
 			return err;
 		if (copy_to_user((void __user *)arg, &half, sizeof(half)))
+			return -EFAULT;
+		return 0;
+	case SD_IOC_RDMA_LEAVE:
+		if (copy_from_user(&at, (void __user *)arg, sizeof(at)))
+			return -EFAULT;
+		return sd_bridge_leave(b, &at);
+	case SD_IOC_RDMA_RESUME:
+		spin_lock(&b->conn->lock);
+		err = b->successor ? 0 : -ENOENT;
+		at = b->conn->moved_at;
+		spin_unlock(&b->conn->lock);
+		if (err)
+			return err;
+		if (copy_to_user((void __user *)arg, &at, sizeof(at)))
+			return -EFAULT;
+		return 0;
+	case SD_IOC_RDMA_MOVE:
+		if (copy_from_user(&half, (void __user *)arg, sizeof(half)))
+			return -EFAULT;
+		return sd_bridge_move(b, &half);
+	case SD_IOC_RDMA_MOVED:
+		err = sd_link_moved(link, &moved);
+		if (err)
+			return err;
+		if (copy_to_user((void __user *)arg, &moved, sizeof(moved)))
 			return -EFAULT;
 		return 0;
 	default:
@@ -168,7 +335,8 @@ static bool sd_bridge_sock_closing(struct sd_bridge *b)
  * closed first, this is the end of the connection: the peer's monitor
  * hears it was clean if the bridge took everything the socket sent.  If
  * the socket is closing too, its close tells.  If it is still open,
- * nothing carries its data any more: reset.
+ * nothing carries its data any more: reset; unless the bridge left, and
+ * then the connection waits for the next one.
  */
 static int sd_bridge_release(struct inode *inode, struct file *file)
 {
@@ -183,11 +351,14 @@ static int sd_bridge_release(struct inode *inode, struct file *file)
 	closing = sd_bridge_sock_closing(b);
 	spin_lock(&conn->lock);
 	open = !conn->gone[b->side];
-	conn->bridge_gone = true;
+	if (b->left)
+		conn->bridged = false;	/* the next may come */
+	else
+		conn->bridge_gone = true;
 	spin_unlock(&conn->lock);
 
 	if (open) {
-		if (!closing) {
+		if (!closing && !b->left) {
 			sd_link_fail(conn->link);
 			sd_conn_bridge_fail(conn, b->side);
 		}
@@ -239,10 +410,11 @@ int sd_bridge_open(struct sock *sk)
 	spin_lock(&conn->lock);
 	if (conn->bridged)
 		err = -EBUSY;
-	else if (conn->gone[ss->side])
+	else if (conn->gone[ss->side] || READ_ONCE(conn->reset))
 		err = -EPIPE;
 	else
 		err = 0;
+	b->successor = conn->left;
 	spin_unlock(&conn->lock);
 	if (err)
 		goto out_unlock;
@@ -267,6 +439,7 @@ int sd_bridge_open(struct sock *sk)
 	 */
 	spin_lock(&conn->lock);
 	conn->bridged = true;
+	conn->left = false;
 	spin_unlock(&conn->lock);
 	release_sock(sk);
 	return fd;

@@ -1479,8 +1479,11 @@ void sd_conn_close(struct sock *sk, bool reset)
 					 lockdep_is_held(&conn->lock));
 	RCU_INIT_POINTER(conn->end[ss->side], NULL);
 	sd_conn_leave(conn, ss->side, peer, reset);
-	/* A bridge that is still there carries the rest (sd_bridge.c). */
-	bridge = conn->bridged && !conn->bridge_gone;
+	/*
+	 * A bridge that is still there carries the rest (sd_bridge.c); one
+	 * that left carried all it took, and none came after it.
+	 */
+	bridge = conn->bridged && !conn->bridge_gone && !conn->left;
 	spin_unlock(&conn->lock);
 	if (peer) {
 		sd_wake(peer);
@@ -1518,7 +1521,7 @@ void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset)
 	}
 	sk = rcu_dereference_protected(conn->end[side],
 				       lockdep_is_held(&conn->lock));
-	if (!reset && conn->bridged && !conn->bridge_gone) {
+	if (!reset && conn->bridged && !conn->bridge_gone && !conn->left) {
 		/*
 		 * The peer's data may still be on its way through the
 		 * bridge, which gives the end of stream once it landed

@@ -52,6 +52,8 @@ enum {
 	SD_RDV_RDMA_REQUEST = 3,	/* a client with its half */
 	SD_RDV_HALF = 4,		/* on a link: the accepting side's */
 	SD_RDV_CLOSE = 5,		/* on a link: the last message */
+	SD_RDV_LEAVE = 6,		/* on a link: the bridge stopped */
+	SD_RDV_MOVE = 7,		/* on a link: its successor's half */
 };
 
 /* Reply status. */
@@ -116,6 +118,16 @@ struct sd_rdv_close {
 	__be32	reserved2;	/* zero */
 } __packed;
 
+/* Where a bridge that left stopped (struct sd_rdma_move). */
+struct sd_rdv_leave {
+	struct sd_rdv_hdr hdr;
+	__be64	sent;
+	__be64	took;
+	__be64	copied;
+	__be32	flags;		/* SD_RDMA_MOVE_* */
+	__be32	reserved;	/* zero */
+} __packed;
+
 #define SD_RDV_MSG_MAX	sizeof(struct sd_rdv_rdma_request)
 
 /*
@@ -145,6 +157,14 @@ struct sd_link {
 	bool			have_peer;
 	bool			ended;		/* CLOSE came, or the link broke */
 	struct sd_rdma_half	peer;
+	/*
+	 * The peer's bridge left (LEAVE): where it stopped, and its
+	 * successor's half once MOVE came; until our bridge read that.
+	 */
+	bool			peer_moving;
+	bool			have_moved_half;
+	struct sd_rdma_move	moved_at;
+	struct sd_rdma_half	moved_half;
 	struct eventfd_ctx	*ev;		/* the bridge's, or NULL */
 	wait_queue_head_t	wait;		/* SD_RDMA_PEER waits here */
 };
@@ -633,6 +653,41 @@ static void sd_link_end(struct sd_link *link, bool reset)
 	sd_link_kick(link);
 }
 
+/*
+ * LEAVE: the peer's bridge stopped.  Our bridge learns it from its send
+ * ring (SD_RING_MOVED) and reads where with SD_IOC_RDMA_MOVED.
+ */
+static bool sd_link_handle_leave(struct sd_link *link)
+{
+	const struct sd_rdv_leave *m = (const void *)link->rxbuf;
+	struct sd_rdma_move at = {
+		.sent = be64_to_cpu(m->sent),
+		.took = be64_to_cpu(m->took),
+		.copied = be64_to_cpu(m->copied),
+		.flags = ntohl(m->flags),
+	};
+	struct sd_conn *conn;
+	u8 side;
+
+	if (m->reserved || at.flags & ~(SD_RDMA_MOVE_TX_FIN |
+					SD_RDMA_MOVE_RX_FIN) ||
+	    at.took > at.sent)
+		return false;
+	spin_lock(&link->lock);
+	link->moved_at = at;
+	link->peer_moving = true;
+	link->have_moved_half = false;
+	conn = link->conn;
+	side = link->side;
+	/* Under link->lock: the connection stays while link->conn is set. */
+	if (conn)
+		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_CONS,
+				  SD_RING_MOVED);
+	spin_unlock(&link->lock);
+	sd_link_kick(link);
+	return true;
+}
+
 /* A whole message in rxbuf: act on it.  Returns false if it is bad. */
 static bool sd_link_handle(struct sd_link *link)
 {
@@ -646,6 +701,18 @@ static bool sd_link_handle(struct sd_link *link)
 		link->have_peer = true;
 		spin_unlock(&link->lock);
 		wake_up_all(&link->wait);
+		sd_link_kick(link);
+		return true;
+	}
+	if (h->type == SD_RDV_LEAVE)
+		return sd_link_handle_leave(link);
+	if (h->type == SD_RDV_MOVE) {
+		const struct sd_rdv_half *m = (const void *)link->rxbuf;
+
+		spin_lock(&link->lock);
+		link->moved_half = m->half;
+		link->have_moved_half = true;
+		spin_unlock(&link->lock);
 		sd_link_kick(link);
 		return true;
 	}
@@ -664,14 +731,28 @@ static bool sd_link_handle(struct sd_link *link)
 
 /*
  * Whether a header may start a message on this link: HALF only towards
- * the connecting side and only once, CLOSE either way; the length the
- * type's.
+ * the connecting side and only once, LEAVE and MOVE in turn once it is
+ * set up, CLOSE either way; the length the type's.
  */
 static bool sd_link_hdr_ok(struct sd_link *link, const struct sd_rdv_hdr *h)
 {
-	bool first_half;
+	bool first_half, ok;
 
 	switch (h->type) {
+	case SD_RDV_LEAVE:
+		/* Once the link carries a connection; again after a MOVE. */
+		spin_lock(&link->lock);
+		ok = link->have_peer &&
+		     (!link->peer_moving || link->have_moved_half);
+		spin_unlock(&link->lock);
+		return ok && sd_rdv_hdr_ok(h, SD_RDV_LEAVE,
+					   sizeof(struct sd_rdv_leave));
+	case SD_RDV_MOVE:
+		spin_lock(&link->lock);
+		ok = link->peer_moving && !link->have_moved_half;
+		spin_unlock(&link->lock);
+		return ok && sd_rdv_hdr_ok(h, SD_RDV_MOVE,
+					   sizeof(struct sd_rdv_half));
 	case SD_RDV_HALF:
 		spin_lock(&link->lock);
 		first_half = link->side == 0 && !link->have_peer;
@@ -932,6 +1013,80 @@ int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half)
 	spin_unlock(&link->lock);
 out:
 	mutex_unlock(&link->send_lock);
+	return err;
+}
+
+/* Send one message on the link, bounded by the rendezvous timeout. */
+static int sd_link_send(struct sd_link *link, void *msg, size_t len)
+{
+	int err;
+
+	mutex_lock(&link->send_lock);
+	if (READ_ONCE(link->ended) || !link->sock)
+		err = -ECONNRESET;
+	else
+		err = sd_rdv_io(link->sock, msg, len, true,
+				jiffies + sd_rdv_timeo(link->sn));
+	mutex_unlock(&link->send_lock);
+	if (err && err != -ECONNRESET) {
+		sd_link_end(link, true);
+		if (err != -ERESTARTSYS)
+			err = -ECONNRESET;
+	}
+	return err;
+}
+
+/* SD_IOC_RDMA_LEAVE: tell the peer's monitor where our bridge stopped. */
+int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at)
+{
+	struct sd_rdv_leave msg = {
+		.sent = cpu_to_be64(at->sent),
+		.took = cpu_to_be64(at->took),
+		.copied = cpu_to_be64(at->copied),
+		.flags = htonl(at->flags),
+	};
+
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEAVE, sizeof(msg));
+	return sd_link_send(link, &msg, sizeof(msg));
+}
+
+/* SD_IOC_RDMA_MOVE: the new bridge's half, to the peer's monitor. */
+int sd_link_move(struct sd_link *link, const struct sd_rdma_half *half)
+{
+	struct sd_rdv_half msg = { .half = *half };
+
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_MOVE, sizeof(msg));
+	return sd_link_send(link, &msg, sizeof(msg));
+}
+
+/*
+ * SD_IOC_RDMA_MOVED: where the peer's bridge stopped, and its successor's
+ * half once it came, which ends the move.
+ */
+int sd_link_moved(struct sd_link *link, struct sd_rdma_moved *out)
+{
+	int err = 0;
+
+	memset(out, 0, sizeof(*out));
+	spin_lock(&link->lock);
+	if (!link->peer_moving) {
+		err = link->ended ? -ECONNRESET : -ENOENT;
+	} else {
+		out->at = link->moved_at;
+		if (link->have_moved_half) {
+			out->half = link->moved_half;
+			out->flags = SD_RDMA_MOVED_HALF;
+			/* The peer's half now, for a bridge of ours to come. */
+			link->peer = link->moved_half;
+			link->peer_moving = false;
+			link->have_moved_half = false;
+			if (link->conn)
+				sd_ring_clear_flags(&link->conn->ring[link->side],
+						    SD_RING_HDR_CONS,
+						    SD_RING_MOVED);
+		}
+	}
+	spin_unlock(&link->lock);
 	return err;
 }
 

@@ -47,6 +47,7 @@ HALF_LEN = 80
 # The rendezvous wire format (network byte order).
 MAGIC, VERSION = 0x53445256, 1
 T_REQUEST, T_REPLY, T_RDMA_REQUEST, T_HALF, T_CLOSE = 1, 2, 3, 4, 5
+T_LEAVE, T_MOVE = 6, 7
 ST_NO_RDMA, ST_ACCEPTED, ST_NO_LISTENER, ST_REFUSED, ST_BUSY = 1, 2, 3, 4, 5
 CLOSE_CLEAN, CLOSE_RESET = 1, 2
 
@@ -76,6 +77,15 @@ def close_msg(how, reserved=b"\0\0\0", reserved2=0):
 
 def new_half():
     return os.urandom(HALF_LEN)
+
+
+def leave_msg(sent, took, copied, flags=0, reserved=0):
+    return hdr(T_LEAVE, 40) + struct.pack("!QQQII", sent, took, copied,
+                                          flags, reserved)
+
+
+def move_msg(half):
+    return hdr(T_MOVE, 88) + half
 
 
 # ---- the two hosts ----------------------------------------------------------
@@ -169,6 +179,10 @@ SD_RDMA_EVENTFD, SD_TRANSPORT = 7, 8
 SD_IOC_RDMA = 0x400453D6        # _IOW('S', 0xD6, __u32)
 SD_IOC_RDMA_BRIDGE = 0x53D7     # _IO('S', 0xD7)
 SD_IOC_RDMA_PEER = 0x805053D8   # _IOR('S', 0xD8, struct sd_rdma_half)
+SD_IOC_RDMA_LEAVE = 0x403853D9  # _IOW('S', 0xD9, struct sd_rdma_move)
+SD_IOC_RDMA_RESUME = 0x803853DA  # _IOR('S', 0xDA, struct sd_rdma_move)
+SD_IOC_RDMA_MOVE = 0x405053DB   # _IOW('S', 0xDB, struct sd_rdma_half)
+SD_IOC_RDMA_MOVED = 0x809053DC  # _IOR('S', 0xDC, struct sd_rdma_moved)
 SD_MMAP_OFFSETS = 1
 S = {}
 _out = threading.Lock()
@@ -300,6 +314,26 @@ def bridge_peer(name):
 
 def bridge_close(name):
     os.close(S.pop(name + "b"))
+
+
+def leave(name, at):
+    fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_LEAVE, at)
+
+
+def resume(name):
+    return fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_RESUME, bytes(56))
+
+
+def move(name, half):
+    fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_MOVE, half)
+
+
+def moved(name):
+    """SD_IOC_RDMA_MOVED: [sent, took, copied, flags, the half or None]."""
+    m = fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_MOVED, bytes(144))
+    at = list(struct.unpack_from("QQQI", m))
+    flags = struct.unpack_from("I", m, 136)[0]
+    return at + [m[56:136] if flags & 1 else None]
 
 
 def bridge_maps(name):
@@ -1262,6 +1296,76 @@ def test_process_exiting_without_a_close_ends_cleanly(h):
     assert "rdma_resets" not in db(), db()
 
 
+def move_at(sent, took, copied, flags=0, reserved=0, pad=0):
+    """A struct sd_rdma_move, with ring positions of this host."""
+    return struct.pack("QQQIIQQII", sent, took, copied, flags, reserved,
+                       4096, 8192, 3, pad)
+
+
+def move_half():
+    """A half the module passes on as a successor's (flags, reserved 0)."""
+    return os.urandom(56) + bytes(24)
+
+
+def test_a_bridge_leaves_for_a_successor(h):
+    """A bridge whose process holds the socket alone may not leave (EBUSY:
+    it ends the connection itself); bad positions are EINVAL; the first
+    bridge has nothing to resume (ENOENT) and no half to move (EINVAL).
+    Once a child of fork holds the socket too, it leaves (once; counted),
+    the peer's bridge reads where it stopped, and closing its descriptor
+    resets nothing.  The next bridge is a successor: it resumes from
+    there, sends its half once, and the peer's bridge reads it, which ends
+    the move and makes it the peer's half."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    h.b.call("bridge('s')")
+    da, db = Counters(A), Counters(B)
+    w = h.b.start("return recv('s', timeout=30)")
+    assert h.a.err(f"leave('c', {move_at(10, 5, 7)!r})") == "EBUSY"
+    for bad in (move_at(10, 5, 7, flags=4), move_at(10, 11, 7),
+                move_at(10, 5, 7, reserved=1), move_at(10, 5, 7, pad=1)):
+        assert h.a.err(f"leave('c', {bad!r})") == "EINVAL"
+    assert h.a.err("resume('c')") == "ENOENT"
+    assert h.a.err(f"move('c', {move_half()!r})") == "EINVAL"
+    assert h.b.err("moved('s')") == "ENOENT"
+    h.a.call("""
+        r, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(S['cb'])   # as libsd's child does
+            os.close(wr)
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        S['child'] = (pid, wr)""")
+    at = move_at(1000, 900, 2000, flags=1)
+    h.a.call(f"leave('c', {at!r})")
+    assert h.a.err(f"leave('c', {at!r})") == "EALREADY"
+    assert da().get("rdma_moves") == 1, da()
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    h.a.call("bridge_close('c')")
+    time.sleep(1)
+    assert not w.done(), w.reply
+    h.a.call("bridge('c')")
+    assert h.a.call("return resume('c')") == at
+    assert h.a.err(f"move('c', {move_half()[:56] + bytes([1]) + bytes(23)!r})") \
+        == "EINVAL"
+    hn = move_half()
+    h.a.call(f"move('c', {hn!r})")
+    assert h.a.err(f"move('c', {hn!r})") == "EALREADY"
+    assert wait_for(lambda: h.b.call("return moved('s')")[4] is not None, 10)
+    assert h.b.err("moved('s')") == "ENOENT"
+    assert h.b.call("return bridge_peer('s')") == hn
+    assert not w.done(), w.reply
+    h.a.call("""
+        pid, wr = S.pop('child')
+        os.close(wr)
+        os.waitpid(pid, 0)""")
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
 def test_peer_end_waits_for_the_bridge_fin(h):
     """With a bridge, the peer's clean end (its monitor's CLOSE) refuses
     further sends but is not the end of the stream: the bridge gives that
@@ -1367,6 +1471,24 @@ HOSTILE_AFTER_ACCEPT = {
                    ["send", (half_msg(new_half()) +
                              half_msg(new_half())).hex()]],
     "close_unknown_how": [["send", (reply(ST_ACCEPTED) + close_msg(3)).hex()]],
+    "leave_before_half": [["send", (reply(ST_ACCEPTED) +
+                                    leave_msg(0, 0, 0)).hex()]],
+    "move_without_leave": [["send", reply(ST_ACCEPTED).hex()],
+                           ["send", (half_msg(new_half()) +
+                                     move_msg(new_half())).hex()]],
+    "leave_unknown_flags": [["send", reply(ST_ACCEPTED).hex()],
+                            ["send", (half_msg(new_half()) +
+                                      leave_msg(9, 8, 7, flags=4)).hex()]],
+    "leave_took_beyond_sent": [["send", reply(ST_ACCEPTED).hex()],
+                               ["send", (half_msg(new_half()) +
+                                         leave_msg(9, 10, 7)).hex()]],
+    "leave_reserved_set": [["send", reply(ST_ACCEPTED).hex()],
+                           ["send", (half_msg(new_half()) +
+                                     leave_msg(9, 8, 7, reserved=1)).hex()]],
+    "move_twice": [["send", reply(ST_ACCEPTED).hex()],
+                   ["send", (half_msg(new_half()) + leave_msg(9, 8, 7) +
+                             move_msg(new_half()) +
+                             move_msg(new_half())).hex()]],
     "noise_1mib": [["send", reply(ST_ACCEPTED).hex()], ["noise", 1 << 20]],
 }
 
@@ -1385,7 +1507,9 @@ def test_hostile_monitor_after_accepting(h, case):
     assert waiting.err(25) == "ECONNRESET"
     assert waiting.elapsed < 10, waiting.elapsed
     peer = h.a.start("return peer_half('c', timeout=5)").outcome(10)
-    if case == "two_halves":
+    if len(HOSTILE_AFTER_ACCEPT[case]) > 1 and \
+            HOSTILE_AFTER_ACCEPT[case][1][0] == "send" and \
+            bytes.fromhex(HOSTILE_AFTER_ACCEPT[case][1][1])[5] == T_HALF:
         first = bytes.fromhex(HOSTILE_AFTER_ACCEPT[case][1][1])[8:88]
         assert peer in (first, "ECONNRESET"), peer
     else:

@@ -49,6 +49,7 @@ constexpr const char *names[] = {
 	"rdma_connects",
 	"rdma_queued",
 	"rdma_resets",
+	"rdma_moves",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

@@ -155,6 +155,58 @@ struct sd_rdma_half {
 #define SD_IOC_RDMA_PEER	_IOR('S', 0xD8, struct sd_rdma_half)
 
 /*
+ * Moving a connection to another process's bridge (a socket shared across
+ * fork whose bridge's process exits; Documentation/rdma.rst, "Fork").
+ *
+ * SD_IOC_RDMA_LEAVE, on the bridge's descriptor: the bridge stops, with
+ * nothing in flight, and says where it stopped.  Only while another
+ * process holds the socket (EBUSY otherwise: the bridge ends the
+ * connection as usual) and both ends are open (EPIPE).  The peer's
+ * monitor is told (its bridge finds SD_RING_MOVED on its send ring's
+ * consumer flags), and closing the descriptor then does not reset the
+ * connection: the next SD_IOC_RDMA_BRIDGE, from any process that holds
+ * the socket, makes a new bridge, which reads the positions with
+ * SD_IOC_RDMA_RESUME (ENOENT if no bridge left) and sends its half to the
+ * peer with SD_IOC_RDMA_MOVE.  Until then the connection is carried by
+ * nobody; if the socket closes meanwhile, the connection ends there.
+ *
+ * SD_IOC_RDMA_MOVED, on the peer's bridge descriptor: where the other
+ * bridge stopped, and the new bridge's half once it came (SD_RDMA_MOVED_HALF
+ * in flags); ENOENT when nothing moved.  Reading the half ends the move
+ * and clears SD_RING_MOVED.  The positions come from the other host:
+ * check them.
+ */
+struct sd_rdma_move {
+	__u64 sent;	/* stream bytes this end's bridge wrote, all landed */
+	__u64 took;	/* of those, what the peer said it took (its credit) */
+	__u64 copied;	/* stream bytes of the peer's put in the receive ring */
+	__u32 flags;	/* SD_RDMA_MOVE_* */
+	__u32 reserved;	/* 0 */
+	/* Where it was in this end's rings (kept here, not sent): */
+	__u64 tx_head;	/* the send ring's, as its consumer */
+	__u64 rx_tail;	/* the receive ring's, as its producer */
+	__u32 tx_rec_off;	/* bytes taken of the record at tx_head */
+	__u32 pad;	/* 0 */
+};
+
+#define SD_RDMA_MOVE_TX_FIN	(1U << 0)	/* this end's end of stream went */
+#define SD_RDMA_MOVE_RX_FIN	(1U << 1)	/* the peer's is in the ring */
+
+struct sd_rdma_moved {
+	struct sd_rdma_move	at;	/* where the other bridge stopped */
+	struct sd_rdma_half	half;	/* its successor's, with _HALF */
+	__u32			flags;	/* SD_RDMA_MOVED_* */
+	__u32			reserved;
+};
+
+#define SD_RDMA_MOVED_HALF	(1U << 0)
+
+#define SD_IOC_RDMA_LEAVE	_IOW('S', 0xD9, struct sd_rdma_move)
+#define SD_IOC_RDMA_RESUME	_IOR('S', 0xDA, struct sd_rdma_move)
+#define SD_IOC_RDMA_MOVE	_IOW('S', 0xDB, struct sd_rdma_half)
+#define SD_IOC_RDMA_MOVED	_IOR('S', 0xDC, struct sd_rdma_moved)
+
+/*
  * Rings.
  *
  * A connected AF_SD socket has two rings: TX, which this end produces and
@@ -243,6 +295,7 @@ struct sd_mmap_offsets {
 /* cons_flags, written only by the consumer's side. */
 #define SD_RING_READER_WAIT	(1U << 0)	/* consumer sleeps for data */
 #define SD_RING_CLOSED		(1U << 1)	/* consumer reads no more */
+#define SD_RING_MOVED		(1U << 2)	/* remote consumer's bridge moved */
 /* Either word: the kernel reset the connection. */
 #define SD_RING_RESET		(1U << 31)
 
@@ -608,6 +661,7 @@ enum sd_stat {
 	SD_STAT_RDMA_RESETS,	/* RDMA connections reset by the link or
 				 * the bridge
 				 */
+	SD_STAT_RDMA_MOVES,	/* bridges that left for another process's */
 	__SD_STAT_MAX,
 };
 
