@@ -47,6 +47,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <algorithm>
@@ -70,6 +71,9 @@ constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
 constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
 constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the thread ends
 constexpr std::int64_t ALONE_CHECK_NS = 1'000'000'000;	// is it the last thread?
+constexpr std::int64_t ADOPT_POLL_NS = 100'000'000;	// a child looks for a left bridge
+constexpr std::int64_t MOVE_WAIT_NS = 10'000'000'000;	// the peer's successor comes by then
+constexpr unsigned MAX_ORPHANS = 64;
 
 // ---- libibverbs, opened on first use --------------------------------------
 
@@ -106,10 +110,15 @@ constinit Verbs v = {};
 
 // ---- one connection ------------------------------------------------------
 
-enum class State { WAIT_PEER, RUN };
+// WAIT_PEER: our queue pair waits for the peer's half.  RUN: connected.
+// MOVING: the peer's bridge left (its process exited while a child holds
+// its socket); ours waits for its successor's half.
+enum class State { WAIT_PEER, RUN, MOVING };
 
 struct Link {
 	int bfd = -1;			// the bridge's descriptor (SD_IOC_RDMA_BRIDGE)
+	int sfd = -1;			// the socket's, when the bridge was made
+	ino_t sino = 0;			// and its inode (a child looks for it)
 	unsigned slot = 0;
 	std::uint32_t gen = 0;
 	State state = State::WAIT_PEER;
@@ -130,9 +139,15 @@ struct Link {
 	bool started = false;		// the thread's (under hub.lock)
 	sd_rdma_half mine = {}, peer = {};
 	std::uint64_t sent = 0, arrived = 0, copied = 0, credited = 0;
+	std::uint64_t pushed = 0;	// taken from the send ring into the mirror
 	unsigned inflight = 0, data_inflight = 0;
 	bool tx_done = false, rx_done = false, peer_fin = false, failed = false;
 	bool closed_seen = false;	// the peer's clean end, seen before a poll
+	bool refin = false;		// our end of stream goes again (a move)
+	bool hold = false;		// a successor: nothing goes before the peer's first write
+	bool leaving = false;		// exit: stop, let the writes complete, leave
+	bool leave_tried = false;
+	std::int64_t moving_since = 0;
 
 	sd::Producer &prod() { return *std::launder(reinterpret_cast<sd::Producer *>(prod_buf)); }
 	sd::Consumer &cons() { return *std::launder(reinterpret_cast<sd::Consumer *>(cons_buf)); }
@@ -151,6 +166,13 @@ struct Hub {
 	ibv_cq *cq[MAX_CQS] = {};
 	int ev = -1;			// the module's kicks and ours
 	bool thread = false;
+	// A child's copies of its parent's connections: the socket's
+	// descriptor and inode, until it makes their bridge or they end.
+	struct Orphan {
+		int fd;
+		ino_t ino;
+	} orphans[MAX_ORPHANS] = {};
+	unsigned n_orphans = 0;
 	std::atomic<bool> exiting{false};
 	std::atomic<bool> last{false};	// the thread outlived the program's
 	// Slots: set under lock by the hooks, taken by the thread.
@@ -449,11 +471,17 @@ bool link_connect(Link *l, const sd_rdma_half &p) noexcept
 // descriptors (a process that exits closes its descriptors in order: the
 // socket should go first, see Documentation/rdma.rst), the rings mapped
 // through it, and the module's kicks on our eventfd.
-bool link_attach(Link *l, int fd) noexcept
+bool link_attach(Link *l, int fd, int b = -1, const sd_rdma_move *at = nullptr) noexcept
 {
-	const int b = real::ioctl()(fd, SD_IOC_RDMA_BRIDGE, nullptr);
+	struct stat st;
+
+	if (b < 0)
+		b = real::ioctl()(fd, SD_IOC_RDMA_BRIDGE, nullptr);
 	if (b < 0)
 		return false;
+	l->sfd = fd;
+	if (!fstat(fd, &st))
+		l->sino = st.st_ino;
 	rlimit rl = {};
 	int floor = 256;
 	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur > 1024)
@@ -487,8 +515,14 @@ bool link_attach(Link *l, int fd) noexcept
 	    off.rx.cons_flags + sizeof(std::uint32_t) > off.rx.mmap_len ||
 	    off.tx.cons_flags + sizeof(std::uint32_t) > off.tx.mmap_len)
 		return false;
-	new (l->cons_buf) sd::Consumer(l->tx_map, off.tx);
-	new (l->prod_buf) sd::Producer(l->rx_map, off.rx);
+	// A successor goes on where the bridge that left stopped.
+	if (at) {
+		new (l->cons_buf) sd::Consumer(l->tx_map, off.tx, at->tx_head, at->tx_rec_off);
+		new (l->prod_buf) sd::Producer(l->rx_map, off.rx, at->rx_tail);
+	} else {
+		new (l->cons_buf) sd::Consumer(l->tx_map, off.tx);
+		new (l->prod_buf) sd::Producer(l->rx_map, off.rx);
+	}
 	l->have_rings = true;
 	l->rx_cons_flags = reinterpret_cast<const std::uint32_t *>(
 		static_cast<unsigned char *>(l->rx_map) + off.rx.cons_flags);
@@ -499,26 +533,32 @@ bool link_attach(Link *l, int fd) noexcept
 
 void *bridge_main(void *) noexcept;
 
+// The bridge thread, if it is not running.  Under hub.lock.
+bool thread_start() noexcept
+{
+	if (hub.thread)
+		return true;
+	pthread_attr_t at;
+	pthread_t t;
+	sigset_t all, old;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	// The program's signals are for its own threads.
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	const int err = pthread_create(&t, &at, bridge_main, nullptr);
+	pthread_sigmask(SIG_SETMASK, &old, nullptr);
+	pthread_attr_destroy(&at);
+	hub.thread = !err;
+	return hub.thread;
+}
+
 // Hand a set-up link to the bridge thread (started on first use).  Under
 // hub.lock.
 bool link_start(Link *l) noexcept
 {
-	if (!hub.thread) {
-		pthread_attr_t at;
-		pthread_t t;
-		sigset_t all, old;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		// The program's signals are for its own threads.
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		const int err = pthread_create(&t, &at, bridge_main, nullptr);
-		pthread_sigmask(SIG_SETMASK, &old, nullptr);
-		pthread_attr_destroy(&at);
-		if (err)
-			return false;
-		hub.thread = true;
-	}
+	if (!thread_start())
+		return false;
 	l->started = true;
 	hub.live.fetch_add(1, std::memory_order_relaxed);
 	kick();
@@ -670,6 +710,7 @@ void completion(Link *l, const ibv_wc &wc) noexcept
 	}
 	const std::uint32_t imm = ntohl(wc.imm_data);
 	post_recv(l);
+	l->hold = false;
 	if (imm == IMM_FIN)
 		l->peer_fin = true;
 	else if (imm == IMM_CREDIT)
@@ -719,6 +760,13 @@ bool peer_closed(const Link *l) noexcept
 	return __atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_CLOSED;
 }
 
+// Whether our queue pair may write: connected, the peer's successor
+// ready (its first write came), and not leaving.
+bool can_write(const Link *l) noexcept
+{
+	return l->state == State::RUN && !l->hold && !l->leaving;
+}
+
 // Landed bytes into the receive ring, then the credit back.  Bytes that
 // come after the socket closed meet a closed socket, which TCP answers
 // with a reset: looked at in the ring's own flags, which the producer's
@@ -747,7 +795,7 @@ bool land(Link *l) noexcept
 	}
 	if (l->prod().take_wake())
 		op(l, SD_RDMA_OP_DATA);
-	if (l->copied != l->credited && l->inflight < SEND_WR) {
+	if (l->copied != l->credited && l->inflight < SEND_WR && can_write(l)) {
 		*l->my_took = l->copied;
 		write_imm(l, l->my_took, 8, l->peer.credit_addr, l->peer.credit_rkey, IMM_CREDIT);
 		l->credited = l->copied;
@@ -767,6 +815,8 @@ bool pump(Link *l) noexcept
 {
 	bool moved = false;
 	const std::uint64_t size = l->peer.ring_size;
+	if (!can_write(l))
+		return false;
 	while (!l->tx_done && l->data_inflight < DATA_INFLIGHT && l->inflight < SEND_WR) {
 		const std::uint64_t took = __atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE);
 		if (took > l->sent) {
@@ -778,6 +828,23 @@ bool pump(Link *l) noexcept
 			break;
 		const std::uint64_t off = l->sent % size;
 		const std::uint64_t want = std::min(room, size - off);
+		// After the peer's bridge moved: what its predecessor did not
+		// take is still in the mirror, and goes again.
+		if (l->sent < l->pushed) {
+			const std::uint64_t n = std::min(want, l->pushed - l->sent);
+			write_imm(l, l->mirror + off, static_cast<std::uint32_t>(n),
+				  l->peer.ring_addr + off, l->peer.ring_rkey,
+				  static_cast<std::uint32_t>(n));
+			l->sent += n;
+			moved = true;
+			continue;
+		}
+		if (l->refin) {
+			l->refin = false;
+			send_fin(l);
+			moved = true;
+			continue;
+		}
 		const ssize_t r = l->cons().read(l->mirror + off, want);
 		if (r == -EAGAIN)
 			break;
@@ -793,6 +860,7 @@ bool pump(Link *l) noexcept
 				  l->peer.ring_addr + off, l->peer.ring_rkey,
 				  static_cast<std::uint32_t>(r));
 			l->sent += static_cast<std::uint64_t>(r);
+			l->pushed = l->sent;
 		}
 		moved = true;
 	}
@@ -840,6 +908,142 @@ bool peer_lost_fin(Link *l, bool *moved) noexcept
 	return true;
 }
 
+// ---- moves: a bridge whose process exits while a child holds the socket ----
+
+// Our queue pair back to INIT, ready for a new peer: what was posted goes
+// without completions we would take (the generation changes).
+bool qp_renew(Link *l) noexcept
+{
+	l->gen = ++hub.gens[l->slot];
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_RESET;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE))
+		return false;
+	a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS))
+		return false;
+	l->inflight = l->data_inflight = 0;
+	for (unsigned i = 0; i < RECVS; i++)
+		post_recv(l);
+	return !l->failed;
+}
+
+// The peer's bridge stopped at *at (it came from the other host: checked).
+// What it did not take of ours goes again from the mirror (credit only
+// follows what it took, so the mirror still holds it); what it wrote is
+// all in our landing area.  Our queue pair waits for its successor.
+bool peer_left(Link *l, const sd_rdma_move &at) noexcept
+{
+	const std::uint64_t took = __atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE);
+	const bool fin = at.flags & SD_RDMA_MOVE_TX_FIN;
+
+	if (at.copied < took || at.copied > l->pushed || at.sent < l->arrived ||
+	    at.sent - l->copied > LAND_SIZE || (l->peer_fin && !fin))
+		return false;
+	if (l->state != State::MOVING && !qp_renew(l))
+		return false;
+	if (l->tx_done && !(at.flags & SD_RDMA_MOVE_RX_FIN)) {
+		l->tx_done = false;
+		l->refin = true;
+	}
+	l->sent = at.copied;
+	__atomic_store_n(l->peer_took, at.copied, __ATOMIC_RELEASE);
+	l->arrived = at.sent;
+	l->peer_fin = fin;
+	l->closed_seen = false;
+	if (l->state != State::MOVING) {
+		l->state = State::MOVING;
+		l->moving_since = fast::now_ns();
+	}
+	return true;
+}
+
+// SD_RING_MOVED on our send ring: the peer's bridge left, and maybe its
+// successor's half came.  Returns whether anything moved.
+bool follow_move(Link *l) noexcept
+{
+	sd_rdma_moved m;
+
+	if (!(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_MOVED))
+		return false;
+	if (real::ioctl()(l->bfd, SD_IOC_RDMA_MOVED, &m)) {
+		if (errno != ENOENT)
+			fail(l);
+		return false;
+	}
+	const bool was_moving = l->state == State::MOVING;
+	if (!peer_left(l, m.at)) {
+		fail(l);
+		return true;
+	}
+	if (!(m.flags & SD_RDMA_MOVED_HALF))
+		return !was_moving;
+	if (!link_connect(l, m.half)) {
+		fail(l);
+		return true;
+	}
+	// Our credit at once: the successor writes nothing before it.
+	l->credited = ~l->copied;
+	return true;
+}
+
+// One look at a link whose peer's bridge left.  Until the successor comes
+// we only land what the predecessor wrote.  Its socket may close first
+// (the child did not take it up): then that was the end of its stream
+// (its monitor's CLOSE), unless what we sent was not all taken.
+bool step_moving(Link *l, bool *done) noexcept
+{
+	bool moved = land(l);
+
+	if (peer_closed(l)) {
+		if (l->sent != l->pushed || l->refin || l->cons().readable() > 0) {
+			fail(l);
+			return true;
+		}
+		if (!l->peer_fin) {
+			l->peer_fin = true;
+			moved = true;
+		}
+		*done = l->rx_done && sock_closed(l);
+	} else if (fast::now_ns() - l->moving_since > MOVE_WAIT_NS) {
+		// Nobody took it up (a process without libsd holds it).
+		fail(l);
+	}
+	return moved;
+}
+
+// This process exits, and the socket of link l may be another's too (a
+// child of fork): once nothing of ours is in flight, the bridge leaves if
+// the module says so, for the child's to take over; otherwise it ends the
+// connection as usual.
+bool try_leave(Link *l, bool *done) noexcept
+{
+	if (l->leave_tried || l->state != State::RUN || sock_closed(l) || peer_closed(l))
+		return false;
+	l->leaving = true;
+	if (l->inflight)
+		return false;
+	sd_rdma_move at = {};
+	at.sent = l->sent;
+	at.took = __atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE);
+	at.copied = l->copied;
+	at.flags = (l->tx_done ? SD_RDMA_MOVE_TX_FIN : 0) |
+		   (l->rx_done ? SD_RDMA_MOVE_RX_FIN : 0);
+	l->cons().flush();
+	at.tx_head = l->cons().head();
+	at.tx_rec_off = l->cons().rec_off();
+	at.rx_tail = l->prod().tail();
+	l->leave_tried = true;
+	l->leaving = false;
+	if (real::ioctl()(l->bfd, SD_IOC_RDMA_LEAVE, &at) == 0)
+		*done = true;	// closing its descriptor does not reset now
+	return true;
+}
+
 // One look at a link.  Returns whether anything moved; *done when the
 // link is finished (let go of it).
 bool step(Link *l, bool *done) noexcept
@@ -857,11 +1061,25 @@ bool step(Link *l, bool *done) noexcept
 			fail(l);
 		}
 	}
+	if ((l->state == State::RUN || l->state == State::MOVING) && !l->failed)
+		moved |= follow_move(l);
+	if (l->state == State::MOVING && !l->failed) {
+		moved |= step_moving(l, done);
+		if (!l->failed)
+			return moved;
+	}
 	if (l->state == State::RUN && !l->failed) {
 		moved |= land(l);
 		moved |= pump(l);
-		if (peer_dropped(l) || peer_lost_fin(l, &moved))
+		// A successor's peer writes first; one that ends instead
+		// never took up the connection.
+		if (l->hold ? peer_closed(l) : (peer_dropped(l) || peer_lost_fin(l, &moved)))
 			fail(l);
+	}
+	if (hub.exiting.load(std::memory_order_relaxed) && !l->failed) {
+		moved |= try_leave(l, done);
+		if (*done)
+			return true;
 	}
 	if (l->failed) {
 		// Nothing more goes out; what is posted flushes or completes.
@@ -875,8 +1093,8 @@ bool step(Link *l, bool *done) noexcept
 		*done = true;
 	// A process that exits sends its end of stream once all it sent is out.
 	if (hub.exiting.load(std::memory_order_relaxed) && l->state == State::RUN &&
-	    !l->tx_done && !l->data_inflight && l->inflight < SEND_WR &&
-	    l->cons().readable() == 0) {
+	    !l->tx_done && !l->leaving && !l->data_inflight && l->inflight < SEND_WR &&
+	    l->cons().readable() == 0 && l->sent == l->pushed && !l->hold) {
 		send_fin(l);
 		moved = true;
 	}
@@ -892,19 +1110,26 @@ void wait_events() noexcept
 	bool now = poll_cqs();
 	for (unsigned i = 0; i < MAX_LINKS && !now; i++) {
 		Link *l = hub.slots[i];
-		if (!l || !l->started || l->state != State::RUN)
+		if (!l || !l->started || l->state == State::WAIT_PEER)
 			continue;
 		// Tell the program's side of each ring that we sleep.
-		if (!l->tx_done && l->cons().prepare_wait() == 0)
+		if (l->state == State::RUN && !l->tx_done && l->cons().prepare_wait() == 0)
 			now = true;
 		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
 			now = true;
 	}
+	const int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
 	pthread_mutex_unlock(&hub.lock);
 	if (now)
 		return;
+	if (!hub.chan) {
+		// A child with no connection of its own yet, only its parent's.
+		const timespec ts = {0, ADOPT_POLL_NS};
+		nanosleep(&ts, nullptr);
+		return;
+	}
 	pollfd p[2] = {{hub.chan->fd, POLLIN, 0}, {hub.ev, POLLIN, 0}};
-	if (real::poll()(p, 2, WAIT_MS) <= 0)
+	if (real::poll()(p, 2, ms) <= 0)
 		return;
 	if (p[0].revents & POLLIN) {
 		ibv_cq *cq;
@@ -967,6 +1192,107 @@ bool alone() noexcept
 	return live == 1;
 }
 
+// This end's address of connected socket fd, as a GID would hold it.
+bool local_of(int fd, in6_addr *local) noexcept
+{
+	sockaddr_storage ss = {};
+	socklen_t sl = sizeof(ss);
+
+	if (getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl))
+		return false;
+	*local = {};
+	if (ss.ss_family == AF_INET) {
+		local->s6_addr[10] = local->s6_addr[11] = 0xff;
+		memcpy(&local->s6_addr[12], &reinterpret_cast<sockaddr_in *>(&ss)->sin_addr, 4);
+	} else {
+		*local = reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr;
+	}
+	return true;
+}
+
+// The descriptor of an orphan's socket in this process now, or -1: where
+// it was, or any other of the same socket (the program may have moved it).
+int orphan_fd(const Hub::Orphan &o) noexcept
+{
+	struct stat st;
+
+	if (!fstat(o.fd, &st) && S_ISSOCK(st.st_mode) && st.st_ino == o.ino)
+		return o.fd;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return -1;
+	int found = -1;
+	while (const dirent *e = readdir(d)) {
+		const int fd = atoi(e->d_name);
+		if (e->d_name[0] != '.' && fd != dirfd(d) && !fstat(fd, &st) &&
+		    S_ISSOCK(st.st_mode) && st.st_ino == o.ino) {
+			found = fd;
+			break;
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+enum class Adopt { WAIT, DONE, DROP };
+
+// Take up connection fd, which our parent's bridge carried, once that
+// bridge left (its process exited): a queue pair and landing area of ours,
+// from where it stopped; the peer's bridge rebuilds its end when our half
+// comes (SD_IOC_RDMA_MOVE), and writes first.  Under hub.lock.
+Adopt adopt(int fd) noexcept
+{
+	sd_rdma_move at;
+	sd_rdma_half peer;
+	in6_addr local;
+	Link *l = nullptr;
+
+	if (transport(fd) != SD_TRANSPORT_RDMA)
+		return Adopt::DROP;
+	const int b = real::ioctl()(fd, SD_IOC_RDMA_BRIDGE, nullptr);
+	if (b < 0)
+		return errno == EBUSY ? Adopt::WAIT : Adopt::DROP;
+	bool ok = !real::ioctl()(b, SD_IOC_RDMA_RESUME, &at) &&
+		  !real::ioctl()(b, SD_IOC_RDMA_PEER, &peer) && local_of(fd, &local) &&
+		  device_for(local) && (l = link_new()) && link_prepare(l) &&
+		  link_attach(l, fd, b, &at);
+	if (ok) {
+		l->sent = l->pushed = at.sent;
+		*l->peer_took = at.took;
+		l->arrived = l->copied = l->credited = at.copied;
+		l->tx_done = at.flags & SD_RDMA_MOVE_TX_FIN;
+		l->peer_fin = l->rx_done = at.flags & SD_RDMA_MOVE_RX_FIN;
+		l->hold = true;
+		ok = link_connect(l, peer) && !real::ioctl()(l->bfd, SD_IOC_RDMA_MOVE, &l->mine) &&
+		     link_start(l);
+	}
+	if (!ok) {
+		// Nothing can carry it: closing the bridge's descriptor resets.
+		if (!l || l->bfd < 0)
+			real::close()(b);
+		if (l)
+			link_drop(l);
+	}
+	return Adopt::DONE;
+}
+
+// Look for the orphans whose bridge left.  Under hub.lock.
+bool adopt_orphans() noexcept
+{
+	bool moved = false;
+	for (unsigned i = 0; i < hub.n_orphans;) {
+		const int fd = orphan_fd(hub.orphans[i]);
+		const Adopt a = fd < 0 ? Adopt::DROP : adopt(fd);
+		if (a == Adopt::WAIT) {
+			i++;
+			continue;
+		}
+		hub.orphans[i] = hub.orphans[--hub.n_orphans];
+		moved = true;
+	}
+	return moved;
+}
+
 // The bridge thread.  It ends once the process had no RDMA connection
 // for a while (the next one starts it again).  If it outlives the
 // program's threads (main ended with pthread_exit while connections were
@@ -974,7 +1300,7 @@ bool alone() noexcept
 // exits the process with status 0, as the last thread's end would have.
 void *bridge_main(void *) noexcept
 {
-	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0;
+	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0, looked = 0;
 
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
@@ -985,7 +1311,7 @@ void *bridge_main(void *) noexcept
 			pthread_mutex_unlock(&hub.lock);
 			exit(0);
 		}
-		if (!hub.live.load(std::memory_order_relaxed)) {
+		if (!hub.live.load(std::memory_order_relaxed) && !hub.n_orphans) {
 			const std::int64_t now = fast::now_ns();
 			if (!idle_since) {
 				idle_since = now;
@@ -997,7 +1323,12 @@ void *bridge_main(void *) noexcept
 		} else {
 			idle_since = 0;
 		}
-		bool moved = poll_cqs();
+		bool moved = false;
+		if (hub.n_orphans && fast::now_ns() - looked > ADOPT_POLL_NS) {
+			looked = fast::now_ns();
+			moved = adopt_orphans();
+		}
+		moved |= poll_cqs();
 		for (unsigned i = 0; i < MAX_LINKS; i++) {
 			Link *l = hub.slots[i];
 			bool done;
@@ -1072,9 +1403,13 @@ void drain() noexcept
 // parent's objects stay behind in its memory, unused.
 void after_fork_child() noexcept
 {
+	hub.n_orphans = 0;
 	for (unsigned i = 0; i < MAX_LINKS; i++) {
-		if (hub.slots[i] && hub.slots[i]->bfd >= 0)
-			real::close()(hub.slots[i]->bfd);
+		const Link *l = hub.slots[i];
+		if (l && l->started && !l->failed && l->sfd >= 0 && hub.n_orphans < MAX_ORPHANS)
+			hub.orphans[hub.n_orphans++] = {l->sfd, l->sino};
+		if (l && l->bfd >= 0)
+			real::close()(l->bfd);
 		hub.slots[i] = nullptr;
 	}
 	if (hub.ev >= 0)
@@ -1097,6 +1432,11 @@ void after_fork_child() noexcept
 		hub.avail = 0;
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	hub.lock = fresh;
+	hub.exiting.store(false, std::memory_order_relaxed);
+	// Its parent's connections are its own too: it watches for their
+	// bridge to leave (the parent exits), and takes them up.
+	if (hub.n_orphans)
+		thread_start();
 }
 
 __attribute__((destructor)) void rdma_fini()
@@ -1168,18 +1508,10 @@ static void accepted(int fd) noexcept
 		return;
 	sd_rdma_half peer;
 	socklen_t len = sizeof(peer);
-	sockaddr_storage ss = {};
-	socklen_t sl = sizeof(ss);
 	in6_addr local = {};
 	Link *l = nullptr;
 	bool ok = !real::getsockopt()(fd, SOL_SD, SD_RDMA_PEER, &peer, &len) &&
-		  !getsockname(fd, reinterpret_cast<sockaddr *>(&ss), &sl);
-	if (ok && ss.ss_family == AF_INET) {
-		local.s6_addr[10] = local.s6_addr[11] = 0xff;
-		memcpy(&local.s6_addr[12], &reinterpret_cast<sockaddr_in *>(&ss)->sin_addr, 4);
-	} else if (ok) {
-		local = reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_addr;
-	}
+		  local_of(fd, &local);
 	pthread_mutex_lock(&hub.lock);
 	// Our queue pair ready for the peer's writes before our half goes.
 	ok = ok && device_for(local) && (l = link_new()) && link_prepare(l) &&

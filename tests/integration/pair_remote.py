@@ -13,6 +13,7 @@ import select
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -324,6 +325,42 @@ def test_program_ends_with_a_connection_open(peer, settings, how):
         assert srv.wait(60) == 0, srv.stderr
     finally:
         srv.kill()
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
+XHOST = str(TOP / "tests" / "integration" / "xhost.py")
+
+
+def test_forked_child_takes_up_the_connection(peer, settings):
+    """The client under sdrun forks and exits at once while its child holds
+    the RDMA connection, most of the server's answer still on its way (the
+    xhost scenario parent_exits_child_carries_on).  The parent's bridge
+    leaves (counted as rdma_moves), the child's takes the connection up
+    from where it stopped, the server's bridge sends again what the parent
+    had not taken, and every byte arrives both ways, with no reset on
+    either host."""
+    port = APP_PORT + 5
+    name = "parent_exits_child_carries_on"
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, XHOST, "server", name, str(port)])
+    try:
+        assert srv.readline() == "ready", srv.stderr
+        out = subprocess.run([SDRUN, sys.executable, XHOST, "client", name,
+                              peer.remote, str(port)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        line = srv.readline(300)
+        assert line is not None, srv.stderr
+        assert srv.wait(60) == 0, srv.stderr
+    finally:
+        srv.kill()
+    rows = json.loads(line) + json.loads(out.stdout)
+    assert [r for r in rows if r[1] is False] == [], rows
+    assert ["last", {"bytes": 6, "crc": zlib.crc32(b"thanks")}] in rows, rows
+    assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 

@@ -374,6 +374,72 @@ def fork_shares_connection(role):
     return server if role == "server" else client
 
 
+ANSWER = 4 << 20
+
+
+@scenario
+def parent_exits_child_carries_on(role):
+    """The client's parent exits while its child holds the connection, with
+    most of the server's 4 MiB answer still on its way; the child reads the
+    rest, sends 1 MiB and reads the server's last word.  Every byte is
+    checked.  (Over RDMA the child's bridge takes the connection up from
+    where its parent's stopped.)"""
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.log("request", recv_exact(c, 100000) == pattern(100000, 8))
+        c.sendall(pattern(ANSWER, 9))
+        t.log("second", recv_all(c) == pattern(1 << 20, 10))
+        c.sendall(b"thanks")
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(100000, 8))
+        head = recv_exact(s, 100000)
+        r, w = os.pipe()
+        if os.fork():
+            os._exit(0)     # at once, the connection open
+        os.close(w)
+        os.read(r, 1)       # end of file: the parent is gone
+        os.close(r)
+        rest = recv_exact(s, ANSWER - len(head))
+        t.log("answer", head + rest == pattern(ANSWER, 9))
+        s.sendall(pattern(1 << 20, 10))
+        s.shutdown(socket.SHUT_WR)
+        t.call("last", recv_all, s)
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
+def server_parent_exits_child_carries_on(role):
+    """The same on the server's side: its parent exits once it read the
+    request, while the client streams 4 MiB; the child reads all of it
+    and answers."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        request = recv_exact(c, 100000)
+        r, w = os.pipe()
+        if os.fork():
+            os._exit(0)     # at once, the connection open
+        os.close(w)
+        os.read(r, 1)       # end of file: the parent is gone
+        os.close(r)
+        t.log("request", request == pattern(100000, 11))
+        t.log("stream", recv_all(c) == pattern(ANSWER, 12))
+        c.sendall(b"thanks")
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(100000, 11))
+        s.sendall(pattern(ANSWER, 12))
+        s.shutdown(socket.SHUT_WR)
+        t.call("answer", recv_all, s)
+        s.close()
+    return server if role == "server" else client
+
+
 @scenario
 def prefork_workers(role):
     """Two children of the listening process accept and echo one
