@@ -1022,8 +1022,15 @@ bool step_moving(Link *l, bool *done) noexcept
 // connection as usual.
 bool try_leave(Link *l, bool *done) noexcept
 {
-	if (l->leave_tried || l->state != State::RUN || sock_closed(l) || peer_closed(l))
+	if (l->leave_tried)
 		return false;
+	// Not moving: nothing holds the socket any more, the peer went, or
+	// its end is moving already (both ends at once would not meet).
+	if (l->state != State::RUN || l->hold || sock_closed(l) || peer_closed(l)) {
+		l->leaving = false;
+		l->leave_tried = true;
+		return false;
+	}
 	l->leaving = true;
 	if (l->inflight)
 		return false;
