@@ -64,6 +64,7 @@ constexpr std::uint32_t IMM_CREDIT = 1U << 30;
 constexpr unsigned DATA_INFLIGHT = 8;	// data writes in flight, per connection
 constexpr unsigned SEND_WR = 16;	// all writes in flight (data, credit, fin)
 constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
+constexpr std::uint64_t CREDIT_BATCH = LAND_SIZE / 4;	// see credit_due()
 constexpr unsigned LINKS_PER_CQ = 64;
 constexpr unsigned MAX_CQS = 16;
 constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
@@ -144,6 +145,7 @@ struct Link {
 	bool tx_done = false, rx_done = false, peer_fin = false, failed = false;
 	bool closed_seen = false;	// the peer's clean end, seen before a poll
 	bool refin = false;		// our end of stream goes again (a move)
+	bool credit_now = false;	// a credit goes even if nothing landed
 	bool hold = false;		// a successor: nothing goes before the peer's first write
 	bool leaving = false;		// exit: stop, let the writes complete, leave
 	bool leave_tried = false;
@@ -364,6 +366,21 @@ void post_recv(Link *l) noexcept
 		l->failed = true;
 }
 
+// The queue pair to INIT (from RESET), with its receives posted.
+bool qp_init(Link *l) noexcept
+{
+	ibv_qp_attr a = {};
+	a.qp_state = IBV_QPS_INIT;
+	a.port_num = 1;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS))
+		return false;
+	for (unsigned i = 0; i < RECVS; i++)
+		post_recv(l);
+	return !l->failed;
+}
+
 // A queue pair towards nobody yet (INIT), its memory registered, and our
 // half.  Under hub.lock, with the device open.
 bool link_prepare(Link *l) noexcept
@@ -398,17 +415,8 @@ bool link_prepare(Link *l) noexcept
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
 	l->qp = v.ibv_create_qp(hub.pd, &qa);
-	if (!l->qp)
+	if (!l->qp || !qp_init(l))
 		return false;
-	ibv_qp_attr a = {};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS))
-		return false;
-	for (unsigned i = 0; i < RECVS; i++)
-		post_recv(l);
 
 	unsigned seed = 0;
 	timespec ts;
@@ -767,6 +775,18 @@ bool can_write(const Link *l) noexcept
 	return l->state == State::RUN && !l->hold && !l->leaving;
 }
 
+// Whether the credit for what we took goes now.  A credit is a write of
+// its own, so it waits until a quarter of the landing area was taken:
+// the peer always has three quarters to write into, and one that filled
+// it all is sent credit once we took it.  It goes at once at the ends (the
+// peer's end of stream, our socket's close, our exit: the end of a
+// connection needs all credit given) and when asked.
+bool credit_due(const Link *l) noexcept
+{
+	return l->credit_now || l->copied - l->credited >= CREDIT_BATCH || l->peer_fin ||
+	       sock_closed(l) || hub.exiting.load(std::memory_order_relaxed);
+}
+
 // Landed bytes into the receive ring, then the credit back.  Bytes that
 // come after the socket closed meet a closed socket, which TCP answers
 // with a reset: looked at in the ring's own flags, which the producer's
@@ -795,7 +815,9 @@ bool land(Link *l) noexcept
 	}
 	if (l->prod().take_wake())
 		op(l, SD_RDMA_OP_DATA);
-	if (l->copied != l->credited && l->inflight < SEND_WR && can_write(l)) {
+	if ((l->copied != l->credited || l->credit_now) && credit_due(l) &&
+	    l->inflight < SEND_WR && can_write(l)) {
+		l->credit_now = false;
 		*l->my_took = l->copied;
 		write_imm(l, l->my_took, 8, l->peer.credit_addr, l->peer.credit_rkey, IMM_CREDIT);
 		l->credited = l->copied;
@@ -919,17 +941,8 @@ bool qp_renew(Link *l) noexcept
 	a.qp_state = IBV_QPS_RESET;
 	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE))
 		return false;
-	a = {};
-	a.qp_state = IBV_QPS_INIT;
-	a.port_num = 1;
-	a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-			    IBV_QP_ACCESS_FLAGS))
-		return false;
 	l->inflight = l->data_inflight = 0;
-	for (unsigned i = 0; i < RECVS; i++)
-		post_recv(l);
-	return !l->failed;
+	return qp_init(l);
 }
 
 // The peer's bridge stopped at *at (it came from the other host: checked).
@@ -987,7 +1000,7 @@ bool follow_move(Link *l) noexcept
 		return true;
 	}
 	// Our credit at once: the successor writes nothing before it.
-	l->credited = ~l->copied;
+	l->credit_now = true;
 	return true;
 }
 
