@@ -364,6 +364,53 @@ def test_forked_child_takes_up_the_connection(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
+HANDER = """
+import os, socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.sendall(b"hello")
+os.set_inheritable(c.fileno(), True)
+if os.fork() == 0:
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.execve("/bin/sleep", ["sleep", "60"], env)
+time.sleep(1)
+print("left", flush=True)
+"""
+
+
+def test_connection_left_to_a_process_without_libsd_is_reset(peer, settings):
+    """The client under sdrun forks a child that execs a program without
+    libsd (sleep) holding the socket, and exits.  Its bridge leaves, but
+    no successor comes: the server's bridge resets the connection after
+    its 10 s wait, and the server's recv fails instead of waiting for
+    ever."""
+    port = APP_PORT + 6
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    before = stats()
+    srv = peer.spawn([SDRUN, sys.executable, "-c", IDLE_SERVER, str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", HANDER, peer.remote,
+                              str(port)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == "left", out.stderr
+        assert srv.readline(60) == "got hello"
+        t0 = time.monotonic()
+        line = srv.readline(60)
+        took = time.monotonic() - t0
+        assert line == "recv ConnectionResetError", line
+        print(f"the server's recv failed {took:.1f} s after the client left")
+    finally:
+        srv.kill()
+        subprocess.run(["pkill", "-x", "sleep"])
+    d = delta(before, stats())
+    assert d.get("rdma_moves") == 1 and d.get("rdma_resets") == 1, d
+
+
 IDLE_SERVER = """
 import socket, sys
 lst = socket.create_server(("", int(sys.argv[1])))

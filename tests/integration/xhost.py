@@ -377,6 +377,17 @@ def fork_shares_connection(role):
 ANSWER = 4 << 20
 
 
+def leave_to_child():
+    """fork: the parent exits at once, with its connections open; the
+    child goes on once it is gone."""
+    r, w = os.pipe()
+    if os.fork():
+        os._exit(0)
+    os.close(w)
+    os.read(r, 1)       # end of file: the parent is gone
+    os.close(r)
+
+
 @scenario
 def parent_exits_child_carries_on(role):
     """The client's parent exits while its child holds the connection, with
@@ -396,12 +407,7 @@ def parent_exits_child_carries_on(role):
         s = socket.create_connection(addr)
         s.sendall(pattern(100000, 8))
         head = recv_exact(s, 100000)
-        r, w = os.pipe()
-        if os.fork():
-            os._exit(0)     # at once, the connection open
-        os.close(w)
-        os.read(r, 1)       # end of file: the parent is gone
-        os.close(r)
+        leave_to_child()
         rest = recv_exact(s, ANSWER - len(head))
         t.log("answer", head + rest == pattern(ANSWER, 9))
         s.sendall(pattern(1 << 20, 10))
@@ -419,12 +425,7 @@ def server_parent_exits_child_carries_on(role):
     def server(t, lst):
         c, _ = lst.accept()
         request = recv_exact(c, 100000)
-        r, w = os.pipe()
-        if os.fork():
-            os._exit(0)     # at once, the connection open
-        os.close(w)
-        os.read(r, 1)       # end of file: the parent is gone
-        os.close(r)
+        leave_to_child()
         t.log("request", request == pattern(100000, 11))
         t.log("stream", recv_all(c) == pattern(ANSWER, 12))
         c.sendall(b"thanks")
