@@ -794,6 +794,8 @@ bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noe
 
 bool sd_hook_close(int fd, int *result) noexcept
 {
+	if (fd >= 0)
+		sd_rdma_closing(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
 	forget(fd);
 	(void)result;
 	return false;
@@ -801,16 +803,20 @@ bool sd_hook_close(int fd, int *result) noexcept
 
 bool sd_hook_close_range(unsigned int first, unsigned int last, int flags, int *result) noexcept
 {
-	if (!(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC))
+	if (!(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC)) {
+		sd_rdma_closing(first, last);
 		forget_range(first, last);
+	}
 	(void)result;
 	return false;
 }
 
 bool sd_hook_dup2(int fd, int newfd, int *result) noexcept
 {
-	if (fd != newfd)
+	if (fd != newfd && newfd >= 0) {
+		sd_rdma_closing(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
 		forget(newfd);
+	}
 	(void)result;
 	return false;
 }

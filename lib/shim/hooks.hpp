@@ -72,3 +72,6 @@ bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexce
 // The RDMA bridge (rdma.cpp): offer RDMA on a connect to another host and
 // make the connect; false when the real connect is still to make.
 bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *result) noexcept;
+// Descriptors first to last close: a connection this process shares with
+// its exited parent is taken up first (rdma.cpp).
+void sd_rdma_closing(unsigned int first, unsigned int last) noexcept;

@@ -1313,6 +1313,33 @@ bool adopt_orphans() noexcept
 	return moved;
 }
 
+// Descriptors first to last of this process close (one, or a range).  An
+// orphan's socket among them whose parent's bridge left already has
+// nothing carrying it until the bridge thread's next look, and a
+// short-lived child may be gone before that: the bytes it put in the ring
+// would end the connection with a reset.  It is taken up now, while the
+// descriptor is there; the successor then carries the rest and the end of
+// stream, and exit waits for that (drain).  One whose parent's bridge is
+// still there stays with it.
+void closing(unsigned first, unsigned last) noexcept
+{
+	if (!__atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED))
+		return;
+	const int saved = errno;
+	pthread_mutex_lock(&hub.lock);
+	for (unsigned i = 0; i < hub.n_orphans;) {
+		const int fd = orphan_fd(hub.orphans[i]);
+		if (fd < 0 || static_cast<unsigned>(fd) < first ||
+		    static_cast<unsigned>(fd) > last || adopt(fd) == Adopt::WAIT) {
+			i++;
+			continue;
+		}
+		hub.orphans[i] = hub.orphans[--hub.n_orphans];
+	}
+	pthread_mutex_unlock(&hub.lock);
+	errno = saved;
+}
+
 // The bridge thread.  It ends once the process had no RDMA connection
 // for a while (the next one starts it again).  If it outlives the
 // program's threads (main ended with pthread_exit while connections were
@@ -1505,6 +1532,13 @@ bool sd_hook__exit(int, void *) noexcept
 {
 	drain();
 	return false;
+}
+
+// A descriptor of this process closes (close, close_range, the target of
+// dup2): see closing().
+void sd_rdma_closing(unsigned int first, unsigned int last) noexcept
+{
+	closing(first, last);
 }
 
 // A redirected listener offers RDMA when this process has a device.

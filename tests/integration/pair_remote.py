@@ -411,6 +411,52 @@ def test_connection_left_to_a_process_without_libsd_is_reset(peer, settings):
     assert d.get("rdma_moves") == 1 and d.get("rdma_resets") == 1, d
 
 
+QUICK_CHILD = """
+import os, socket, sys
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
+c.sendall(b"hello")
+r, w = os.pipe()
+if os.fork() == 0:
+    os.close(w)
+    os.read(r, 1)                   # EOF: the parent is gone
+    c.sendall(bytes(range(256)) * 256)
+    c.close()
+    sys.exit(0)                     # at once, as a short-lived worker
+os.close(r)
+print("left", flush=True)
+"""
+
+
+def test_child_ending_before_it_took_up_the_connection_still_delivers(peer, settings):
+    """The client under sdrun forks and exits; its child waits for the
+    parent to be gone, sends 64 KiB, closes and exits at once, sooner than
+    its bridge thread's next look for connections to take up.  Its exit
+    takes the connection up first and carries the bytes out: the server
+    gets every byte, then the end of stream, with no reset on either
+    host."""
+    port = APP_PORT + 7
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    data = b"hello" + bytes(range(256)) * 256
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK_SUM, str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", QUICK_CHILD, peer.remote,
+                              str(port)], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0 and out.stdout.strip() == "left", out.stderr
+        line = srv.readline(120)
+        assert line == f"{len(data)} {hashlib.sha256(data).hexdigest()}", \
+            (line, srv.rc, srv.stderr)
+        assert srv.wait(60) == 0, srv.stderr
+    finally:
+        srv.kill()
+    assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
 IDLE_SERVER = """
 import socket, sys
 lst = socket.create_server(("", int(sys.argv[1])))

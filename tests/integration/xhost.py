@@ -442,6 +442,29 @@ def server_parent_exits_child_carries_on(role):
 
 
 @scenario
+def child_answers_and_ends_at_once(role):
+    """The server's parent exits once it read the request; its child
+    answers 16 KiB at once (it fits in the ring), closes and ends, a short-lived worker that is
+    gone before a bridge thread's periodic look (over RDMA its close takes
+    the connection up first, and its exit carries the answer out)."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        request = recv_exact(c, 1000)
+        answer = pattern(1 << 14, 14)
+        leave_to_child()
+        c.sendall(answer)
+        c.close()
+        t.log("request", request == pattern(1000, 13))
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(1000, 13))
+        t.log("answer", recv_all(s) == pattern(1 << 14, 14))
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
 def prefork_workers(role):
     """Two children of the listening process accept and echo one
     connection each (a pre-forking server)."""
