@@ -19,8 +19,7 @@ def test_failed_stage_is_explained_at_the_end(tmp_path):
     out = r.stdout.splitlines()
     assert r.returncode == 1, r
     assert out[-1] == "check: 0 passed, 1 failed", out
-    why = out.index("=== why nosuch failed: the end of "
-                    "build/test-results/nosuch.log ===")
+    why = out.index("=== why nosuch failed (build/test-results/nosuch.log) ===")
     assert "check: unknown stage 'nosuch'" in out[why + 1:], out
     assert (tmp_path / "nosuch.log").read_text() == \
         "check: unknown stage 'nosuch'\n"
