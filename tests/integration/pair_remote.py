@@ -61,6 +61,14 @@ def peer_sysctl(peer, key, value):
     assert out["rc"] == 0, out
 
 
+def rendezvous_with(peer):
+    """Both monitors on the test's rendezvous port, B's redirecting its
+    programs' sockets (A's redirection is the settings fixture's)."""
+    sysctl("rendezvous_port", RDV_PORT)
+    peer_sysctl(peer, "redirect", 1)
+    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+
+
 def stats(peer=None):
     cmd = [SDCTL, "--json", "stats"]
     if peer:
@@ -233,9 +241,7 @@ def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
     round trips, then 2 MB echoed and checked byte for byte, then the end
     of stream both ways, and both monitors count one RDMA connection."""
     prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     srv = peer.spawn([prog, "server", peer.remote, "9494"])
     assert srv.readline() == "ready"
@@ -255,9 +261,7 @@ def test_unmodified_programs_over_rdma(peer, settings):
     its bridge carries both connections, every byte of 2 x 200 kB comes
     back as sent, and both monitors count two RDMA connections and no
     reset."""
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(APP_PORT + 1)])
     try:
@@ -286,6 +290,21 @@ while True:
 print(n, h.hexdigest(), flush=True)
 """
 
+def sink_gets_all(peer, port, data, run_client):
+    """SINK_SUM under sdrun on B's port; run_client() sends it data: B
+    must get exactly that, then the end of stream."""
+    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK_SUM, str(port)])
+    try:
+        assert srv.readline() == "ready"
+        run_client()
+        line = srv.readline(120)
+        assert line == f"{len(data)} {hashlib.sha256(data).hexdigest()}", \
+            (line, srv.rc, srv.stderr)
+        assert srv.wait(60) == 0, srv.stderr
+    finally:
+        srv.kill()
+
+
 LEAVER = """
 import ctypes, os, socket, sys
 c = socket.create_connection((sys.argv[1], int(sys.argv[2])))
@@ -307,24 +326,16 @@ def test_program_ends_with_a_connection_open(peer, settings, how):
     goes, and the socket's close, not the bridge's descriptor (released
     just before it), tells the peer's monitor how the connection ended."""
     port = {"pthread_exit": APP_PORT + 2, "_exit": APP_PORT + 3}[how]
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     data = bytes(range(256)) * 1000
     before, pbefore = stats(), stats(peer)
-    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK_SUM, str(port)])
-    try:
-        assert srv.readline() == "ready"
+
+    def leaver():
         out = subprocess.run([SDRUN, sys.executable, "-c", LEAVER, peer.remote,
                               str(port), how], capture_output=True,
                              text=True, timeout=120)
         assert out.returncode == 0 and out.stdout.strip() == "sent", out.stderr
-        line = srv.readline(120)
-        assert line == f"{len(data)} {hashlib.sha256(data).hexdigest()}", \
-            (line, srv.rc, srv.stderr)
-        assert srv.wait(60) == 0, srv.stderr
-    finally:
-        srv.kill()
+    sink_gets_all(peer, port, data, leaver)
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
@@ -341,9 +352,7 @@ def test_forked_child_takes_up_the_connection(peer, settings):
     either host."""
     port = APP_PORT + 5
     name = "parent_exits_child_carries_on"
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     srv = peer.spawn([SDRUN, sys.executable, XHOST, "server", name, str(port)])
     try:
@@ -362,6 +371,15 @@ def test_forked_child_takes_up_the_connection(peer, settings):
     assert ["last", {"bytes": 6, "crc": zlib.crc32(b"thanks")}] in rows, rows
     assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
     assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
+def run_until_it_left(script, peer, port):
+    """Run a client script under sdrun against B's port; it forks and says
+    "left" as its parent goes."""
+    out = subprocess.run([SDRUN, sys.executable, "-c", script, peer.remote,
+                          str(port)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "left", out.stderr
 
 
 HANDER = """
@@ -387,17 +405,12 @@ def test_connection_left_to_a_process_without_libsd_is_reset(peer, settings):
     its 10 s wait, and the server's recv fails instead of waiting for
     ever."""
     port = APP_PORT + 6
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before = stats()
     srv = peer.spawn([SDRUN, sys.executable, "-c", IDLE_SERVER, str(port)])
     try:
         assert srv.readline() == "ready"
-        out = subprocess.run([SDRUN, sys.executable, "-c", HANDER, peer.remote,
-                              str(port)], capture_output=True, text=True,
-                             timeout=60)
-        assert out.returncode == 0 and out.stdout.strip() == "left", out.stderr
+        run_until_it_left(HANDER, peer, port)
         assert srv.readline(60) == "got hello"
         t0 = time.monotonic()
         line = srv.readline(60)
@@ -435,24 +448,10 @@ def test_child_ending_before_it_took_up_the_connection_still_delivers(peer, sett
     gets every byte, then the end of stream, with no reset on either
     host."""
     port = APP_PORT + 7
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     data = b"hello" + bytes(range(256)) * 256
     before, pbefore = stats(), stats(peer)
-    srv = peer.spawn([SDRUN, sys.executable, "-c", SINK_SUM, str(port)])
-    try:
-        assert srv.readline() == "ready"
-        out = subprocess.run([SDRUN, sys.executable, "-c", QUICK_CHILD, peer.remote,
-                              str(port)], capture_output=True, text=True,
-                             timeout=60)
-        assert out.returncode == 0 and out.stdout.strip() == "left", out.stderr
-        line = srv.readline(120)
-        assert line == f"{len(data)} {hashlib.sha256(data).hexdigest()}", \
-            (line, srv.rc, srv.stderr)
-        assert srv.wait(60) == 0, srv.stderr
-    finally:
-        srv.kill()
+    sink_gets_all(peer, port, data, lambda: run_until_it_left(QUICK_CHILD, peer, port))
     assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
@@ -487,9 +486,7 @@ def test_idle_peer_killed_ends_the_connection(peer, settings):
     end of stream came and resets the connection (ECONNRESET where TCP
     gives the end of stream; either is accepted here)."""
     port = APP_PORT + 4
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before = stats()
     srv = peer.spawn([SDRUN, sys.executable, "-c", IDLE_SERVER, str(port)])
     cli = None
@@ -525,9 +522,7 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     count the reset."""
     prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     srv = peer.spawn([prog, "server", peer.remote, str(port)])
     assert srv.readline() == "ready"
@@ -590,9 +585,7 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
     (a reset or a broken pipe) within the bound, never a hang; after a
     broken link or device A counts the reset."""
     port = {"kill": 9511, "link": 9512, "device": 9513}[how]
-    sysctl("rendezvous_port", RDV_PORT)
-    peer_sysctl(peer, "redirect", 1)
-    peer_sysctl(peer, "rendezvous_port", RDV_PORT)
+    rendezvous_with(peer)
     before = stats()
     srv = peer.spawn([SDRUN, sys.executable, "-c", SINK, str(port)])
     assert srv.readline() == "ready"
