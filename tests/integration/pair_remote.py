@@ -530,7 +530,7 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
                             str(1 << 40), "3"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     time.sleep(5)
-    out, err, took = break_and_wait(how, srv, cli)
+    out, err, took = break_and_wait(how, srv, cli, peer)
     assert cli.returncode == 1, (out, err)
     assert "reset" in err.lower() or "broken pipe" in err.lower(), err
     # A server killed when it had taken every byte that landed ends
@@ -596,7 +596,7 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
         assert cli.stdout.readline().strip() == "connected"
         time.sleep(5)
         assert delta(before, stats()).get("rdma_connects") == 1
-        out, err, took = break_and_wait(how, srv, cli)
+        out, err, took = break_and_wait(how, srv, cli, peer)
     finally:
         cli.kill()
         srv.kill()
@@ -611,10 +611,35 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
     print(f"{how}: the client failed {took:.1f} s after", err.strip())
 
 
-def break_and_wait(how, srv, cli):
+def rdma_path_back(peer):
+    """After a broken link or device: wait (bounded) until a queue pair
+    between the two devices works again both ways, so that the next test
+    does not meet what is left of the outage (B's neighbour entry for A,
+    A's address table) instead of what it tests."""
+    deadline = time.monotonic() + 60
+    port = 18600
+    while True:
+        port += 1
+        cmd = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "5",
+               "-p", str(port)]
+        srv = peer.spawn(cmd)
+        time.sleep(1)
+        out = subprocess.run(cmd + [peer.remote], capture_output=True,
+                             text=True, timeout=60)
+        ok = out.returncode == 0 and srv.wait(30) == 0
+        srv.kill()
+        if ok:
+            return
+        assert time.monotonic() < deadline, \
+            "the RDMA path did not come back:\n" + out.stdout + out.stderr
+        time.sleep(1)
+
+
+def break_and_wait(how, srv, cli, peer):
     """The client still streaming, break the path (break_path), and wait
     for the client's end (bounded): its output and the seconds it took.
-    The client is killed and the path restored whatever happens."""
+    The client is killed and the path restored whatever happens, and
+    found working again (rdma_path_back)."""
     restore = None
     try:
         assert cli.poll() is None, cli.communicate()
@@ -637,6 +662,8 @@ def break_and_wait(how, srv, cli):
         cli.wait()
         if restore:
             restore()
+        if how != "kill":
+            rdma_path_back(peer)
 
 
 def break_path(how, srv):
