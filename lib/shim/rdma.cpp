@@ -1296,14 +1296,17 @@ Adopt adopt(int fd) noexcept
 	return Adopt::DONE;
 }
 
-// Look for the orphans whose bridge left.  Under hub.lock.
-bool adopt_orphans() noexcept
+// Look for the orphans whose bridge left, among those whose descriptor is
+// first to last (an orphan this process holds no more is dropped).  Under
+// hub.lock.
+bool adopt_orphans(unsigned first = 0, unsigned last = ~0U) noexcept
 {
 	bool moved = false;
 	for (unsigned i = 0; i < hub.n_orphans;) {
 		const int fd = orphan_fd(hub.orphans[i]);
-		const Adopt a = fd < 0 ? Adopt::DROP : adopt(fd);
-		if (a == Adopt::WAIT) {
+		const bool in = fd < 0 || (static_cast<unsigned>(fd) >= first &&
+					   static_cast<unsigned>(fd) <= last);
+		if (!in || (fd >= 0 && adopt(fd) == Adopt::WAIT)) {
 			i++;
 			continue;
 		}
@@ -1311,33 +1314,6 @@ bool adopt_orphans() noexcept
 		moved = true;
 	}
 	return moved;
-}
-
-// Descriptors first to last of this process close (one, or a range).  An
-// orphan's socket among them whose parent's bridge left already has
-// nothing carrying it until the bridge thread's next look, and a
-// short-lived child may be gone before that: the bytes it put in the ring
-// would end the connection with a reset.  It is taken up now, while the
-// descriptor is there; the successor then carries the rest and the end of
-// stream, and exit waits for that (drain).  One whose parent's bridge is
-// still there stays with it.
-void closing(unsigned first, unsigned last) noexcept
-{
-	if (!__atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED))
-		return;
-	const int saved = errno;
-	pthread_mutex_lock(&hub.lock);
-	for (unsigned i = 0; i < hub.n_orphans;) {
-		const int fd = orphan_fd(hub.orphans[i]);
-		if (fd < 0 || static_cast<unsigned>(fd) < first ||
-		    static_cast<unsigned>(fd) > last || adopt(fd) == Adopt::WAIT) {
-			i++;
-			continue;
-		}
-		hub.orphans[i] = hub.orphans[--hub.n_orphans];
-	}
-	pthread_mutex_unlock(&hub.lock);
-	errno = saved;
 }
 
 // The bridge thread.  It ends once the process had no RDMA connection
@@ -1534,11 +1510,23 @@ bool sd_hook__exit(int, void *) noexcept
 	return false;
 }
 
-// A descriptor of this process closes (close, close_range, the target of
-// dup2): see closing().
+// Descriptors first to last of this process close (close, close_range,
+// the target of dup2).  An orphan's socket among them whose parent's
+// bridge left already has nothing carrying it until the bridge thread's
+// next look, and a short-lived child may be gone before that: the bytes it
+// put in the ring would end the connection with a reset.  It is taken up
+// now, while the descriptor is there; the successor then carries the rest
+// and the end of stream, and exit waits for that (drain).  One whose
+// parent's bridge is still there stays with it.
 void sd_rdma_closing(unsigned int first, unsigned int last) noexcept
 {
-	closing(first, last);
+	if (!__atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED))
+		return;
+	const int saved = errno;
+	pthread_mutex_lock(&hub.lock);
+	adopt_orphans(first, last);
+	pthread_mutex_unlock(&hub.lock);
+	errno = saved;
 }
 
 // A redirected listener offers RDMA when this process has a device.

@@ -118,17 +118,29 @@ def assert_rdma_without_resets(peer, before, pbefore, n):
     assert pd.get("rdma_queued") == n and "rdma_resets" not in pd, pd
 
 
+def pingpong(peer, iters, port=18515, timeout=240):
+    """A reliable-connected ping-pong between the two rxe devices
+    (ibv_rc_pingpong, its server on B): A's end's output, and B's end's
+    exit status (None when A's end failed)."""
+    cmd = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", str(iters),
+           "-p", str(port)]
+    srv = peer.spawn(cmd)
+    try:
+        time.sleep(1)
+        out = subprocess.run(cmd + [peer.remote], capture_output=True,
+                             text=True, timeout=timeout)
+        return out, srv.wait(timeout) if out.returncode == 0 else None
+    finally:
+        srv.kill()
+
+
 def test_the_rdma_devices_talk(peer):
     """The test bed itself: a reliable-connected ping-pong between the two
     rxe devices (ibv_rc_pingpong), both ends must succeed."""
-    cmd = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "20"]
-    srv = peer.spawn(cmd)
-    time.sleep(1)
-    out = subprocess.run(cmd + [peer.remote], capture_output=True,
-                         text=True, timeout=240)
+    out, srv_rc = pingpong(peer, 20)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "20 iters" in out.stdout, out.stdout
-    assert srv.wait(240) == 0, srv.stderr
+    assert srv_rc == 0, srv_rc
 
 
 def test_host_without_a_monitor_gets_tcp(peer, settings, echo):
@@ -620,15 +632,8 @@ def rdma_path_back(peer):
     port = 18600
     while True:
         port += 1
-        cmd = ["ibv_rc_pingpong", "-d", "rxe0", "-g", "1", "-n", "5",
-               "-p", str(port)]
-        srv = peer.spawn(cmd)
-        time.sleep(1)
-        out = subprocess.run(cmd + [peer.remote], capture_output=True,
-                             text=True, timeout=60)
-        ok = out.returncode == 0 and srv.wait(30) == 0
-        srv.kill()
-        if ok:
+        out, srv_rc = pingpong(peer, 5, port, timeout=30)
+        if srv_rc == 0:
             return
         assert time.monotonic() < deadline, \
             "the RDMA path did not come back:\n" + out.stdout + out.stderr

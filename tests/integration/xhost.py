@@ -444,9 +444,10 @@ def server_parent_exits_child_carries_on(role):
 @scenario
 def child_answers_and_ends_at_once(role):
     """The server's parent exits once it read the request; its child
-    answers 16 KiB at once (it fits in the ring), closes and ends, a short-lived worker that is
-    gone before a bridge thread's periodic look (over RDMA its close takes
-    the connection up first, and its exit carries the answer out)."""
+    answers 16 KiB at once (it fits in the ring), closes and ends: a
+    short-lived worker, gone before a bridge thread's periodic look (over
+    RDMA its close takes the connection up first, and its exit carries the
+    answer out)."""
     def server(t, lst):
         c, _ = lst.accept()
         request = recv_exact(c, 1000)
