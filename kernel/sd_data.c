@@ -389,6 +389,21 @@ static bool sd_tx_writable(struct sd_sock *ss)
 	       max_t(u32, sd_tx(ss)->size / 4, SD_TX_MIN_SPACE);
 }
 
+/*
+ * Whether the receive ring has something; if not, rule 3: ask a
+ * user-space writer to wake us, and look again.  The caller checked that
+ * the connection is there and its side not gone.
+ */
+static bool sd_rx_ready_armed(struct sd_sock *ss)
+{
+	if (sd_ring_readable(sd_rx(ss), NULL))
+		return true;
+	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_READER_WAIT);
+	/* Flag store before the header load (pairs: the writer's) */
+	smp_mb__after_atomic();
+	return sd_ring_readable(sd_rx(ss), NULL) != 0;
+}
+
 __poll_t sd_poll(struct file *file, struct socket *sock,
 		 struct poll_table_struct *wait)
 {
@@ -417,19 +432,8 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 
 	/* Pairs with the release in sd_conn_establish(). */
 	conn = smp_load_acquire(&ss->conn);
-	if (conn && !READ_ONCE(conn->gone[ss->side])) {
-		if (sd_ring_readable(sd_rx(ss), NULL)) {
-			mask |= EPOLLIN | EPOLLRDNORM;
-		} else {
-			/* Rule 3: ask a user-space writer to wake us. */
-			sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS,
-					  SD_RING_READER_WAIT);
-			/* Flag store before the header load (pairs: writer) */
-			smp_mb__after_atomic();
-			if (sd_ring_readable(sd_rx(ss), NULL))
-				mask |= EPOLLIN | EPOLLRDNORM;
-		}
-	}
+	if (conn && !READ_ONCE(conn->gone[ss->side]) && sd_rx_ready_armed(ss))
+		mask |= EPOLLIN | EPOLLRDNORM;
 
 	if (shutdown & SEND_SHUTDOWN || !conn) {
 		/* A write would not block (it fails at once). */
@@ -577,6 +581,130 @@ static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
 	return ret;
 }
 
+/*
+ * SD_IOC_RECV_WAIT: one entry on another file's wait queue, which wakes
+ * the waiting task as its entry on the socket's queue would (WQ_FLAG_WOKEN,
+ * for wait_woken()).  The other file is held for the whole wait.  A file
+ * whose queue goes away while it is held (POLLFREE) unhooks the entry
+ * under that queue's lock; the removal then finds head NULL (as epoll's).
+ */
+struct sd_xwait {
+	poll_table pt;
+	wait_queue_entry_t entry;
+	wait_queue_head_t *head;
+	wait_queue_entry_t *owner;
+	unsigned int queues;
+	bool freed;
+};
+
+static int sd_xwait_wake(wait_queue_entry_t *entry, unsigned int mode,
+			 int sync, void *key)
+{
+	struct sd_xwait *x = container_of(entry, struct sd_xwait, entry);
+	__poll_t events = key_to_poll(key);
+
+	if (events & POLLFREE) {
+		x->freed = true;
+		list_del_init(&entry->entry);
+		/* Pairs with the acquire in sd_xwait_remove(). */
+		smp_store_release(&x->head, NULL);
+	} else if (events && !(events & (EPOLLIN | EPOLLERR | EPOLLHUP))) {
+		return 0;
+	}
+	return woken_wake_function(x->owner, mode, sync, key);
+}
+
+static void sd_xwait_queue(struct file *file, wait_queue_head_t *head,
+			   poll_table *pt)
+{
+	struct sd_xwait *x = container_of(pt, struct sd_xwait, pt);
+
+	/* A second queue is refused by the caller: its wakes would be lost. */
+	if (x->queues++)
+		return;
+	init_waitqueue_func_entry(&x->entry, sd_xwait_wake);
+	x->head = head;
+	add_wait_queue(head, &x->entry);
+}
+
+static void sd_xwait_remove(struct sd_xwait *x)
+{
+	wait_queue_head_t *head;
+
+	/* A queue that POLLFREE unhooked lives until a grace period ends. */
+	rcu_read_lock();
+	/* Pairs with the release in sd_xwait_wake(). */
+	head = smp_load_acquire(&x->head);
+	if (head)
+		remove_wait_queue(head, &x->entry);
+	rcu_read_unlock();
+}
+
+#define SD_XWAIT_READY (EPOLLIN | EPOLLERR | EPOLLHUP)
+
+static int sd_recv_wait(struct socket *sock, int __user *arg)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sock *sk = sock->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_xwait x = { .owner = &wait };
+	struct file *other;
+	bool ready;
+	long timeo;
+	int err = 0;
+	int fd;
+
+	if (get_user(fd, arg))
+		return -EFAULT;
+	/* conn is stable while the file is held (struct sd_sock). */
+	if (sd_get_state(sk) == TCP_LISTEN || !smp_load_acquire(&ss->conn))
+		return -ENOTCONN;
+	other = fget(fd);
+	if (!other)
+		return -EBADF;
+	if (other == sock->file || !file_can_poll(other)) {
+		err = -EINVAL;
+		goto out_put;
+	}
+	timeo = sock_rcvtimeo(sk, sock->file->f_flags & O_NONBLOCK);
+
+	add_wait_queue(sk_sleep(sk), &wait);
+	init_poll_funcptr(&x.pt, sd_xwait_queue);
+	x.pt._key = SD_XWAIT_READY;
+	ready = vfs_poll(other, &x.pt) & SD_XWAIT_READY;
+	if (x.queues > 1) {
+		err = -EINVAL;
+		goto out_remove;
+	}
+	for (;;) {
+		if (READ_ONCE(sk->sk_err) ||
+		    (READ_ONCE(sk->sk_shutdown) & RCV_SHUTDOWN) ||
+		    READ_ONCE(ss->conn->gone[ss->side]) ||
+		    sd_get_state(sk) == TCP_CLOSE || sd_rx_ready_armed(ss)) {
+			err = 1;
+			break;
+		}
+		if (ready || x.freed)
+			break;
+		if (!timeo) {
+			err = -EAGAIN;
+			break;
+		}
+		if (signal_pending(current)) {
+			err = sock_intr_errno(timeo);
+			break;
+		}
+		timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, timeo);
+		ready = vfs_poll(other, NULL) & SD_XWAIT_READY;
+	}
+out_remove:
+	sd_xwait_remove(&x);
+	remove_wait_queue(sk_sleep(sk), &wait);
+out_put:
+	fput(other);
+	return err;
+}
+
 static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg);
 
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
@@ -588,7 +716,8 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	int err = 0;
 
 	if (tcp)
-		return tcp->ops->ioctl(tcp, cmd, arg);
+		return cmd == SD_IOC_RECV_WAIT ? -EOPNOTSUPP :
+						  tcp->ops->ioctl(tcp, cmd, arg);
 	switch (cmd) {
 	case SD_IOC_ACQUIRE:
 	case SD_IOC_RELEASE:
@@ -611,6 +740,8 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	}
 	case SD_IOC_RDMA:
 		return sd_rdma_ioctl(sk, (u32 __user *)arg);
+	case SD_IOC_RECV_WAIT:
+		return sd_recv_wait(sock, (int __user *)arg);
 	case SD_IOC_RDMA_BRIDGE:
 		return sd_bridge_open(sk);
 	case SIOCINQ:

@@ -209,13 +209,13 @@ static void do_opt(struct rng *r, int fd)
 static void do_ioctl(struct rng *r, int fd)
 {
 	static const unsigned long cmds[] = { SD_IOC_ACQUIRE, SD_IOC_RELEASE, SD_IOC_WAKE,
-					      FIONREAD, SIOCOUTQ, SIOCOUTQNSD, SIOCATMARK,
-					      FIONBIO, 0 };
+					      SD_IOC_RECV_WAIT, FIONREAD, SIOCOUTQ,
+					      SIOCOUTQNSD, SIOCATMARK, FIONBIO, 0 };
 	union {
 		struct sd_token tok;
 		unsigned char b[64];
 	} u;
-	unsigned long cmd = cmds[below(r, 9)];
+	unsigned long cmd = cmds[below(r, 10)];
 
 	/*
 	 * A random one, but not a generic socket ioctl (0x89xx): the run is
@@ -233,6 +233,9 @@ static void do_ioctl(struct rng *r, int fd)
 		u.tok.dir = below(r, 3);
 	if (cmd == FIONBIO)	/* blocking would defeat the bound */
 		u.tok.dir = 1;
+	/* The other file: fd itself, or any of ours (SO_RCVTIMEO bounds it). */
+	if (cmd == SD_IOC_RECV_WAIT && below(r, 2))
+		u.tok.dir = below(r, 2) ? (unsigned int)fd : below(r, 64);
 	ioctl(fd, cmd, below(r, 20) ? (void *)&u : below(r, 2) ? NULL : (void *)16);
 }
 

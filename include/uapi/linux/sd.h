@@ -342,6 +342,21 @@ struct sd_token {
 #define SD_IOC_RDMA		_IOW('S', 0xD6, __u32)
 
 /*
+ * ioctl(fd, SD_IOC_RECV_WAIT, &other): sleep until connected socket fd
+ * has something for recv (bytes, the end of the stream, an error) or the
+ * file other (a descriptor) is readable, as recv sleeps: SO_RCVTIMEO
+ * bounds it (EAGAIN; at once on a non-blocking socket) and a signal ends
+ * it (EINTR, or the call restarts under SA_RESTART).  Returns 1 when the
+ * socket has something, else 0 when other is readable.  For a thread
+ * that moves bytes in user space on other's events (libsd's RDMA
+ * completion channel) and must also wake for the kernel's.  EBADF: other
+ * is not open; EINVAL: other is fd itself or a file that poll cannot
+ * wait on with one wait queue; ENOTCONN: fd is not connected; EOPNOTSUPP:
+ * fd fell back to TCP.
+ */
+#define SD_IOC_RECV_WAIT	_IOW('S', 0xDD, __s32)
+
+/*
  * A record header, stored as one naturally aligned 64-bit word (len in the
  * low half on little-endian machines): the producer writes it with a single
  * 64-bit release store after the payload.
