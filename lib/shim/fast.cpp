@@ -34,6 +34,7 @@ namespace sd::shim::fast {
 
 std::atomic<Conn *> conns[MAX_CONNS];
 std::int64_t spin_ns = SPIN_NS;
+std::atomic<unsigned> rdma_links{0};
 
 namespace {
 
@@ -178,6 +179,7 @@ Conn *get(int fd)
 	int fl = real::fcntl()(fd, F_GETFL);
 	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
 	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
+	c->rdma_misses.store(0, std::memory_order_relaxed);
 	c->rd_shut.store(false, std::memory_order_relaxed);
 	c->wr_shut.store(false, std::memory_order_relaxed);
 	init_side(c->tx, tx, off.tx, true);
@@ -277,6 +279,10 @@ constexpr int MAX_IOV = 64;
 // Wake the peer that flagged it sleeps (dir: the side we just moved).
 void wake_peer(int fd, std::uint32_t dir)
 {
+	// On an RDMA connection the peer is this process's bridge, whose
+	// work this thread may do as well.
+	if (rdma_links.load(std::memory_order_relaxed) && sd_rdma_wake(fd, dir))
+		return;
 	real::ioctl()(fd, SD_IOC_WAKE, &dir);
 }
 
@@ -577,9 +583,49 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	}
 }
 
+// A blocking receive on an RDMA connection found nothing after its spin:
+// its bytes come from this process's bridge, so it sleeps where the
+// bridge's completions wake it too (sd_rdma_wait()), with the side given
+// back meanwhile (busy 0: another process's call in the kernel may take
+// it).  True to look again (kernel_ready: the kernel says the socket has
+// something, look once and then go there); false to go on as without it,
+// with owned false if the side is not ours again, or werr set for the
+// call to fail with.
+bool rdma_sleep(int fd, Conn *c, Side &s, bool &kernel_ready, bool &owned, int &werr)
+{
+	sd::Consumer &q = s.consumer();
+	const int w = q.prepare_wait();
+
+	if (q.take_wake())
+		wake_peer(fd, SD_TOKEN_RX);
+	if (w != 1) {
+		// Something came meanwhile (or the ring failed): one more look.
+		kernel_ready = true;
+		return w == 0;
+	}
+	__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
+	__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
+	end(s);
+	const int r = sd_rdma_wait(fd);
+	const int e = errno;
+	owned = c->still(fd) && begin(c, s, false);
+	if (!owned || !r)
+		return false;
+	const unsigned m = c->rdma_misses.load(std::memory_order_relaxed);
+	c->rdma_misses.store(static_cast<std::uint8_t>(m >= 250 ? RDMA_BRIEF_AFTER : m + 1),
+			     std::memory_order_relaxed);
+	if (r < 0) {
+		werr = e;
+		return false;
+	}
+	kernel_ready = r == 2;
+	return true;
+}
+
 bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 {
-	if ((flags & ~MSG_DONTWAIT) || iovcnt < 1 || iovcnt > MAX_IOV)
+	// MSG_NOSIGNAL means nothing to a receive (the kernel ignores it).
+	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
 		return false;
 	const size_t want = total(iov, iovcnt);
 	Conn *c = lookup(fd);
@@ -596,10 +642,15 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		return false;
 	}
 	sd::Consumer &q = s.consumer();
+	const unsigned misses = c->rdma_misses.load(std::memory_order_relaxed);
+	const bool brief = misses >= RDMA_BRIEF_AFTER && misses % RDMA_PROBE_EVERY;
 	Backoff backoff;
 	int rearm = 0;
-	bool reset = false;
+	bool reset = false, kernel_ready = false, owned = true, waited = false, slept = false;
+	int werr = 0;
 	ssize_t n;
+
+	backoff.brief = brief;
 
 	for (;;) {
 		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
@@ -610,6 +661,9 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		if (n > 0) {
 			if (q.take_wake())
 				wake_peer(fd, SD_TOKEN_RX);
+			// A spin that found the data: spinning pays here.
+			if (waited && !slept && misses)
+				c->rdma_misses.store(0, std::memory_order_relaxed);
 			break;
 		}
 		if (n != -EAGAIN)
@@ -619,8 +673,21 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 				continue;
 			break;
 		}
-		if (!backoff.again())
+		waited = true;
+		if (kernel_ready)
 			break;
+		if (backoff.again())
+			continue;
+		if (!rdma_links.load(std::memory_order_relaxed) ||
+		    !rdma_sleep(fd, c, s, kernel_ready, owned, werr))
+			break;
+		slept = true;
+		backoff = Backoff();
+		backoff.brief = brief;
+	}
+	if (!owned) {
+		unlock_side(s, locked);
+		return false;	/* the kernel's path, as the side is its */
 	}
 	// Where the kernel goes on from if it takes the side back.  Even a
 	// read that found nothing may have moved the head past padding.
@@ -635,6 +702,12 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		__atomic_fetch_or(s.cons_flags, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
 	end(s);
 	unlock_side(s, locked);
+
+	if (werr && n == -EAGAIN) {
+		*result = -1;
+		errno = werr;
+		return true;
+	}
 
 	if (n > 0) {
 		*result = n;
@@ -733,10 +806,12 @@ bool sd_hook_send(int fd, const void *buf, size_t len, int flags, ssize_t *resul
 	return fast_send(fd, &v, 1, flags, result);
 }
 
+// A connected stream socket ignores a destination address, as TCP's does:
+// the kernel only checks its length (sockperf gives one with each send).
 bool sd_hook_sendto(int fd, const void *buf, size_t len, int flags, const struct sockaddr *addr,
 		    socklen_t addrlen, ssize_t *result) noexcept
 {
-	if (addr || addrlen)
+	if (addr && addrlen > sizeof(sockaddr_storage))
 		return false;
 	return sd_hook_send(fd, buf, len, flags, result);
 }
@@ -753,7 +828,8 @@ bool sd_hook_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *result
 
 bool sd_hook_sendmsg(int fd, const struct msghdr *msg, int flags, ssize_t *result) noexcept
 {
-	if (msg->msg_name || msg->msg_controllen || msg->msg_iovlen > MAX_IOV)
+	if ((msg->msg_name && static_cast<int>(msg->msg_namelen) < 0) || msg->msg_controllen ||
+	    msg->msg_iovlen > MAX_IOV)
 		return false;
 	return fast_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result);
 }
@@ -764,12 +840,18 @@ bool sd_hook_recv(int fd, void *buf, size_t len, int flags, ssize_t *result) noe
 	return fast_recv(fd, &v, 1, flags, result);
 }
 
+// A stream socket has no source address to give: the kernel stores a
+// length of 0 (a bad length pointer or a negative length is its to fail).
 bool sd_hook_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr *addr,
 		      socklen_t *addrlen, ssize_t *result) noexcept
 {
-	if (addr || addrlen)
+	if (addr && (!addrlen || static_cast<int>(*addrlen) < 0))
 		return false;
-	return sd_hook_recv(fd, buf, len, flags, result);
+	if (!sd_hook_recv(fd, buf, len, flags, result))
+		return false;
+	if (addr && *result >= 0)
+		*addrlen = 0;
+	return true;
 }
 
 bool sd_hook_read(int fd, void *buf, size_t len, ssize_t *result) noexcept
@@ -784,11 +866,14 @@ bool sd_hook_readv(int fd, const struct iovec *iov, int iovcnt, ssize_t *result)
 
 bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noexcept
 {
-	if (msg->msg_name || msg->msg_control || msg->msg_iovlen > MAX_IOV)
+	if ((msg->msg_name && static_cast<int>(msg->msg_namelen) < 0) || msg->msg_control ||
+	    msg->msg_iovlen > MAX_IOV)
 		return false;
 	if (!fast_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result))
 		return false;
 	msg->msg_flags = 0;
+	if (msg->msg_name)
+		msg->msg_namelen = 0;	/* as recvfrom */
 	return true;
 }
 

@@ -4,6 +4,7 @@
 // (fast.cpp) and readiness (ready.cpp).  See Documentation/libsd.rst.
 #pragma once
 
+#include "hooks.hpp"
 #include "shim.hpp"
 
 #include "../ring.hpp"
@@ -23,7 +24,15 @@ namespace sd::shim::fast {
 constexpr std::int64_t SPIN_NS = 200'000;
 constexpr std::int64_t SPIN_US_MAX = 10'000'000;
 extern std::int64_t spin_ns;
+// Connections of this process that its RDMA bridge carries (rdma.cpp).
+extern std::atomic<unsigned> rdma_links;
 constexpr int YIELDS = 8;
+// A receive on an RDMA connection whose last RDMA_BRIEF_AFTER spins all
+// ended in a sleep (its peer is farther away than a spin) sleeps at once,
+// but for every RDMA_PROBE_EVERY-th, which spins to see whether that
+// changed (fast.cpp).
+constexpr unsigned RDMA_BRIEF_AFTER = 4;
+constexpr unsigned RDMA_PROBE_EVERY = 16;
 constexpr unsigned MAX_CONNS = 1U << 16;
 
 // One direction of a connection as this process drives it.
@@ -56,6 +65,9 @@ struct Conn {
 	std::atomic<bool> rd_shut;
 	std::atomic<bool> wr_shut;
 	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
+	// Receives in a row whose spin ended in a sleep (RDMA connections
+	// only: fast.cpp, rdma_sleep()).
+	std::atomic<std::uint8_t> rdma_misses;
 	Side tx, rx;
 	Conn *next_spare;		// kept for reuse, never freed (fast.cpp)
 
@@ -95,6 +107,7 @@ struct Backoff {
 	std::int64_t deadline = 0;
 	int yields = 0;
 	unsigned n = 0;
+	bool brief = false;	// 64 pauses, no spin: spinning did not pay lately
 
 	bool again()
 	{
@@ -103,6 +116,10 @@ struct Backoff {
 			__builtin_ia32_pause();
 			return true;
 		}
+		if (rdma_links.load(std::memory_order_relaxed))
+			::sd_rdma_spin();
+		if (brief)
+			return false;
 		std::int64_t t = now_ns();
 		if (!deadline)
 			deadline = t + spin_ns;

@@ -75,3 +75,17 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 // Descriptors first to last close: a connection this process shares with
 // its exited parent is taken up first (rdma.cpp).
 void sd_rdma_closing(unsigned int first, unsigned int last) noexcept;
+// A program thread's share of the RDMA bridge's work (rdma.cpp): while it
+// spins, waiting; and when it would wake the bridge about fd's rings
+// (true: no wake needed).
+void sd_rdma_spin() noexcept;
+bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept;
+// A blocking receive on fd that would sleep: 0 if fd is not an RDMA
+// connection, 1 to look again, 2 when the socket has something, -1 with
+// errno to fail with (rdma.cpp).
+int sd_rdma_wait(int fd) noexcept;
+// poll and epoll waits that would sleep in the kernel: sleep on set and
+// the completion channel first (rdma.cpp).  1: look again; 0: make the
+// kernel call; -1: fail with errno; -2: the time is up.
+int sd_rdma_sleep_on(const struct pollfd *set, unsigned int n, const struct timespec *until,
+		     const sigset_t *mask) noexcept;

@@ -69,6 +69,8 @@ constexpr unsigned LINKS_PER_CQ = 64;
 constexpr unsigned MAX_CQS = 16;
 constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
 constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
+constexpr int BLIND_MS = 20;		// and this often while it leaves completions to
+					// a program thread (wait_events())
 constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
 constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the thread ends
 constexpr std::int64_t ALONE_CHECK_NS = 1'000'000'000;	// is it the last thread?
@@ -180,11 +182,18 @@ struct Hub {
 	// Slots: set under lock by the hooks, taken by the thread.
 	Link *slots[MAX_LINKS] = {};
 	std::uint32_t gens[MAX_LINKS] = {};
-	std::atomic<unsigned> live{0};
 	std::atomic<std::uint64_t> progress{0};
+	std::atomic<unsigned> waiters{0};	// program threads in sd_rdma_wait()
 };
 
 constinit Hub hub;
+
+// The link made from each socket descriptor's connection: its slot + 1,
+// 0 for none.  Written under hub.lock; a program thread reads it without,
+// and checks the slot under hub.lock (sd_rdma_wake(), sd_rdma_wait()), so
+// a stale entry only makes it help another of this process's links.
+std::atomic<std::uint16_t> link_of[fast::MAX_CONNS];
+unsigned top = 0;		// slots in use are below it (under hub.lock)
 
 // A work request's id: the link's slot (bits 0-31) and generation (32-61),
 // and what it is: a receive (bit 62), a write of data (bit 63).
@@ -295,7 +304,11 @@ bool device_for(const in6_addr &a) noexcept
 		hub.pd = v.ibv_alloc_pd(ctx);
 		hub.chan = v.ibv_create_comp_channel(ctx);
 		hub.ev = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		if (!hub.pd || !hub.chan || hub.ev < 0) {
+		// Non-blocking: a program thread may take an event the
+		// thread was woken for (sd_rdma_wait()).
+		if (!hub.pd || !hub.chan || hub.ev < 0 ||
+		    real::fcntl()(hub.chan->fd, F_SETFL,
+				  real::fcntl()(hub.chan->fd, F_GETFL) | O_NONBLOCK)) {
 			// Not worth unwinding: this process will not try again.
 			hub.avail = -1;
 			break;
@@ -312,6 +325,10 @@ bool device_for(const in6_addr &a) noexcept
 
 void link_free(Link *l) noexcept
 {
+	if (l->sfd >= 0 && static_cast<unsigned>(l->sfd) < fast::MAX_CONNS) {
+		std::uint16_t mine = static_cast<std::uint16_t>(l->slot + 1);
+		link_of[l->sfd].compare_exchange_strong(mine, 0, std::memory_order_relaxed);
+	}
 	if (l->have_rings) {
 		l->prod().~Producer();
 		l->cons().~Consumer();
@@ -353,6 +370,7 @@ bool slot_take(Link *l) noexcept
 		l->slot = i;
 		l->gen = ++hub.gens[i];
 		hub.slots[i] = l;
+		top = std::max(top, i + 1);
 		return true;
 	}
 	return false;
@@ -568,7 +586,10 @@ bool link_start(Link *l) noexcept
 	if (!thread_start())
 		return false;
 	l->started = true;
-	hub.live.fetch_add(1, std::memory_order_relaxed);
+	fast::rdma_links.fetch_add(1, std::memory_order_relaxed);
+	if (static_cast<unsigned>(l->sfd) < fast::MAX_CONNS)
+		link_of[l->sfd].store(static_cast<std::uint16_t>(l->slot + 1),
+				      std::memory_order_relaxed);
 	kick();
 	return true;
 }
@@ -1121,12 +1142,60 @@ bool step(Link *l, bool *done) noexcept
 	return moved;
 }
 
+// Completions from now on raise an event on the channel.  Under hub.lock.
+void arm_cqs() noexcept
+{
+	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++)
+		ibv_req_notify_cq(hub.cq[c], 0);
+}
+
+// The channel's events, taken (it is non-blocking), so that it polls
+// readable only for new ones.  Under hub.lock.
+void take_events() noexcept
+{
+	ibv_cq *cq;
+	void *ctx;
+	while (!v.ibv_get_cq_event(hub.chan, &cq, &ctx))
+		v.ibv_ack_cq_events(cq, 1);
+}
+
+// A program thread's share of the bridge's work (the paper's section 4.2:
+// the thread that sends posts its own write, the one that waits for data
+// polls for it): completions, then what link l (or every link, for
+// nullptr) has to land and to send.  Only connections that run, and not
+// while the process exits (the thread's leaving protocol).  The thread
+// still does everything else, and all of this when no program thread
+// calls.  Returns whether bytes landed in a receive ring.  Under hub.lock.
+bool help_locked(Link *only) noexcept
+{
+	bool landed = false;
+
+	if (hub.exiting.load(std::memory_order_relaxed))
+		return false;
+	poll_cqs();
+	for (unsigned i = 0; i < top; i++) {
+		Link *l = hub.slots[i];
+		if (!l || (only && l != only) || !l->started || l->state != State::RUN ||
+		    l->failed)
+			continue;
+		landed |= land(l);
+		pump(l);
+	}
+	return landed;
+}
+
 // Sleep until a completion or a kick (bounded).
 void wait_events() noexcept
 {
+	// While a program thread sleeps for its data it wakes for the
+	// completion channel and moves what comes itself (sd_rdma_wait()).
+	// Woken too, the thread would only contend with it for the lock and
+	// for a processor: it leaves the channel alone then, and looks again
+	// every BLIND_MS, in case that thread went on to something else.
+	const bool blind = hub.waiters.load(std::memory_order_relaxed) != 0;
 	pthread_mutex_lock(&hub.lock);
-	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++)
-		ibv_req_notify_cq(hub.cq[c], 0);
+	if (!blind)
+		arm_cqs();
 	bool now = poll_cqs();
 	for (unsigned i = 0; i < MAX_LINKS && !now; i++) {
 		Link *l = hub.slots[i];
@@ -1138,7 +1207,9 @@ void wait_events() noexcept
 		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
 			now = true;
 	}
-	const int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
+	int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
+	if (blind)
+		ms = std::min(ms, BLIND_MS);
 	pthread_mutex_unlock(&hub.lock);
 	if (now)
 		return;
@@ -1148,14 +1219,13 @@ void wait_events() noexcept
 		nanosleep(&ts, nullptr);
 		return;
 	}
-	pollfd p[2] = {{hub.chan->fd, POLLIN, 0}, {hub.ev, POLLIN, 0}};
+	pollfd p[2] = {{blind ? -1 : hub.chan->fd, POLLIN, 0}, {hub.ev, POLLIN, 0}};
 	if (real::poll()(p, 2, ms) <= 0)
 		return;
 	if (p[0].revents & POLLIN) {
-		ibv_cq *cq;
-		void *ctx;
-		if (!v.ibv_get_cq_event(hub.chan, &cq, &ctx))
-			v.ibv_ack_cq_events(cq, 1);
+		pthread_mutex_lock(&hub.lock);
+		take_events();
+		pthread_mutex_unlock(&hub.lock);
 	}
 	if (p[1].revents & POLLIN) {
 		std::uint64_t n;
@@ -1334,7 +1404,7 @@ void *bridge_main(void *) noexcept
 			pthread_mutex_unlock(&hub.lock);
 			exit(0);
 		}
-		if (!hub.live.load(std::memory_order_relaxed) && !hub.n_orphans) {
+		if (!fast::rdma_links.load(std::memory_order_relaxed) && !hub.n_orphans) {
 			const std::int64_t now = fast::now_ns();
 			if (!idle_since) {
 				idle_since = now;
@@ -1361,7 +1431,7 @@ void *bridge_main(void *) noexcept
 			if (done) {
 				hub.slots[i] = nullptr;
 				link_free(l);
-				hub.live.fetch_sub(1, std::memory_order_relaxed);
+				fast::rdma_links.fetch_sub(1, std::memory_order_relaxed);
 				moved = true;
 			}
 		}
@@ -1371,7 +1441,7 @@ void *bridge_main(void *) noexcept
 			hub.progress.fetch_add(1, std::memory_order_relaxed);
 			last_move = now;
 		}
-		if (now - checked > ALONE_CHECK_NS && hub.live.load(std::memory_order_relaxed) &&
+		if (now - checked > ALONE_CHECK_NS && fast::rdma_links.load(std::memory_order_relaxed) &&
 		    !hub.last.load(std::memory_order_relaxed)) {
 			checked = now;
 			if (alone()) {
@@ -1394,13 +1464,13 @@ void *bridge_main(void *) noexcept
 void drain() noexcept
 {
 	// (Not when the thread itself exits: it drained already.)
-	if (!hub.live.load(std::memory_order_relaxed) || hub.last.load(std::memory_order_relaxed))
+	if (!fast::rdma_links.load(std::memory_order_relaxed) || hub.last.load(std::memory_order_relaxed))
 		return;
 	hub.exiting.store(true, std::memory_order_relaxed);
 	kick();
 	std::uint64_t seen = hub.progress.load(std::memory_order_relaxed);
 	std::int64_t since = fast::now_ns();
-	while (hub.live.load(std::memory_order_relaxed)) {
+	while (fast::rdma_links.load(std::memory_order_relaxed)) {
 		pthread_mutex_lock(&hub.lock);
 		const bool all = drained_locked();
 		pthread_mutex_unlock(&hub.lock);
@@ -1433,6 +1503,8 @@ void after_fork_child() noexcept
 			hub.orphans[hub.n_orphans++] = {l->sfd, l->sino};
 		if (l && l->bfd >= 0)
 			real::close()(l->bfd);
+		if (l && static_cast<unsigned>(l->sfd) < fast::MAX_CONNS)
+			link_of[l->sfd].store(0, std::memory_order_relaxed);
 		hub.slots[i] = nullptr;
 	}
 	if (hub.ev >= 0)
@@ -1444,8 +1516,10 @@ void after_fork_child() noexcept
 		real::close()(hub.ctx->cmd_fd);
 	}
 	hub.ev = -1;
+	top = 0;
+	hub.waiters.store(0, std::memory_order_relaxed);	// its parent's threads
 	hub.thread = false;
-	hub.live.store(0, std::memory_order_relaxed);
+	fast::rdma_links.store(0, std::memory_order_relaxed);
 	hub.ctx = nullptr;
 	hub.pd = nullptr;
 	hub.chan = nullptr;
@@ -1502,6 +1576,145 @@ void bridge_up(int fd, Link *l) noexcept
 } // namespace
 
 // ---- the hooks -------------------------------------------------------------
+
+// A program thread spins, waiting (fast::Backoff): it polls the
+// completion queues and moves what came or is to go, so that a reply
+// lands without waking the bridge thread.  Never waits for hub.lock:
+// the thread that holds it moves the same bytes.
+void sd_rdma_spin() noexcept
+{
+	if (pthread_mutex_trylock(&hub.lock))
+		return;
+	const int saved = errno;
+	help_locked(nullptr);
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
+}
+
+// A blocking receive on fd found its ring empty after its spin, and
+// armed it (READER_WAIT).  If fd is an RDMA connection of ours, this
+// thread sleeps in the kernel until the socket has something or a
+// completion comes (SD_IOC_RECV_WAIT), and polls for it itself: the bytes
+// land without the bridge thread's wake-up in between.  Returns 0 when fd
+// is not one (the caller goes on as without), 1 to look again, 2 when the
+// kernel says the socket has something (data, its end, an error), -1 with
+// errno EINTR or EAGAIN (a signal, SO_RCVTIMEO) for the call to fail with.
+int sd_rdma_wait(int fd) noexcept
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS)
+		return 0;
+	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+	if (!slot)
+		return 0;
+	const int saved = errno;
+	pthread_mutex_lock(&hub.lock);
+	const Link *l = hub.slots[slot - 1];
+	if (!l || l->sfd != fd || !l->started || l->state != State::RUN || l->failed ||
+	    !hub.chan || hub.exiting.load(std::memory_order_relaxed)) {
+		pthread_mutex_unlock(&hub.lock);
+		return 0;
+	}
+	// Armed first: what completes after the look below raises an event.
+	arm_cqs();
+	const bool landed = help_locked(hub.slots[slot - 1]);
+	int chan = hub.chan->fd;	// the channel lives as long as the process
+	pthread_mutex_unlock(&hub.lock);
+	if (landed)
+		return 1;
+	hub.waiters.fetch_add(1, std::memory_order_relaxed);
+	const int r = real::ioctl()(fd, SD_IOC_RECV_WAIT, &chan);
+	hub.waiters.fetch_sub(1, std::memory_order_relaxed);
+	if (r < 0)
+		return errno == EINTR || errno == EAGAIN ? -1 : (errno = saved, 0);
+	pthread_mutex_lock(&hub.lock);
+	take_events();
+	help_locked(nullptr);
+	pthread_mutex_unlock(&hub.lock);
+	errno = saved;
+	return r == 1 ? 2 : 1;
+}
+
+// poll, ppoll and the epoll_wait family found nothing of ours ready after
+// their spin, in a process with RDMA connections.  Before the kernel's own
+// call, the thread sleeps on the completion channel and on set[0..n)
+// together (an epoll set's descriptor, or a poll set), with mask as the
+// call's (ppoll), until *until (CLOCK_MONOTONIC; nullptr: no bound).
+// Returns 1 when completions came (the caller looks again), 0 for the
+// caller to make its kernel call as without (set has events, or nothing to
+// do here), -1 with errno EINTR, -2 when the time is up.
+int sd_rdma_sleep_on(const pollfd *set, unsigned n, const timespec *until,
+		     const sigset_t *mask) noexcept
+{
+	constexpr unsigned MAX = 256;
+
+	if (!fast::rdma_links.load(std::memory_order_relaxed) || n > MAX)
+		return 0;
+	const int saved = errno;
+	pthread_mutex_lock(&hub.lock);
+	if (!hub.chan || hub.exiting.load(std::memory_order_relaxed)) {
+		pthread_mutex_unlock(&hub.lock);
+		return 0;
+	}
+	arm_cqs();
+	const bool landed = help_locked(nullptr);
+	const int chan = hub.chan->fd;
+	pthread_mutex_unlock(&hub.lock);
+	if (landed)
+		return 1;
+	timespec left = {};
+	if (until) {
+		timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		const std::int64_t ns = std::max<std::int64_t>(
+			(until->tv_sec - now.tv_sec) * 1'000'000'000LL + until->tv_nsec - now.tv_nsec,
+			0);
+		left.tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+		left.tv_nsec = static_cast<long>(ns % 1'000'000'000);
+	}
+	pollfd p[MAX + 1];
+	std::copy(set, set + n, p);
+	p[n] = {chan, POLLIN, 0};
+	hub.waiters.fetch_add(1, std::memory_order_relaxed);
+	const int r = real::ppoll()(p, n + 1, until ? &left : nullptr, mask);
+	hub.waiters.fetch_sub(1, std::memory_order_relaxed);
+	if (r < 0)
+		return errno == EINTR ? -1 : (errno = saved, 0);
+	errno = saved;
+	if (!r)
+		return -2;
+	if (r > 1 || !p[n].revents)
+		return 0;
+	pthread_mutex_lock(&hub.lock);
+	take_events();
+	help_locked(nullptr);
+	pthread_mutex_unlock(&hub.lock);
+	return 1;
+}
+
+// The program wrote into fd's send ring (dir SD_TOKEN_TX) or took from
+// its receive ring (SD_TOKEN_RX) and found the bridge asleep: it does the
+// bridge's work for that connection itself, and says whether the bridge
+// need not be woken after all (nothing left that only it would move).
+bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS)
+		return false;
+	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+	if (!slot || pthread_mutex_trylock(&hub.lock))
+		return false;
+	const int saved = errno;
+	Link *l = hub.slots[slot - 1];
+	bool done = false;
+	if (l && l->sfd == fd) {
+		help_locked(l);
+		done = l->started && l->state == State::RUN && !l->failed &&
+		       !hub.exiting.load(std::memory_order_relaxed) &&
+		       (dir == SD_TOKEN_TX ? l->cons().readable() == 0 : l->copied == l->arrived);
+	}
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
+	return done;
+}
 
 // _exit: no destructor runs, so drain here.
 bool sd_hook__exit(int, void *) noexcept

@@ -153,6 +153,45 @@ Wait wait_tv(const timeval *tv)
 	return !tv ? Wait::forever : (!tv->tv_sec && !tv->tv_usec) ? Wait::zero : Wait::some;
 }
 
+// A call that found nothing ready after its spin, before its kernel call:
+// in a process with RDMA connections it first sleeps where the bridge's
+// completions wake it too (sd_rdma_sleep_on()).  rel is the call's
+// timeout (nullptr: none), from the first sleep on.  Returns 1 to look
+// again, 0 for the kernel call, -1 when *result (and errno) is the
+// call's answer.
+struct Sleep {
+	const timespec *rel;
+	const sigset_t *mask;
+	timespec until = {};
+	bool started = false;
+
+	int operator()(const pollfd *set, unsigned n, int *result)
+	{
+		if (!rdma_links.load(std::memory_order_relaxed))
+			return 0;
+		if (rel && !started) {
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_sec += rel->tv_sec;
+			until.tv_nsec += rel->tv_nsec;
+			if (until.tv_nsec >= 1'000'000'000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1'000'000'000;
+			}
+		}
+		started = true;
+		const int r = sd_rdma_sleep_on(set, n, rel ? &until : nullptr, mask);
+		if (r >= 0)
+			return r;
+		*result = r == -1 ? -1 : 0;
+		return -1;
+	}
+};
+
+timespec ms_ts(int ms)
+{
+	return {ms / 1000, (ms % 1000) * 1'000'000L};
+}
+
 // Our answers for p[0..n): mine[i] is the revents of an entry user space
 // answers, or -1 for one the kernel must.  Returns how many of ours are
 // ready; *kernel says whether the kernel has any to answer.
@@ -183,7 +222,7 @@ int scan_poll(const pollfd *p, nfds_t n, int *mine, bool *kernel)
 }
 
 // poll and ppoll.  false: the kernel does the whole call.
-bool ready_poll(pollfd *p, nfds_t n, Wait w, int *result)
+bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 {
 	int mine[MAX_SET];
 	bool kernel;
@@ -202,8 +241,18 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, int *result)
 			*result = 0;
 			return true;
 		}
-		if (!backoff.again())
+		if (backoff.again())
+			continue;
+		const int s = sleep(p, static_cast<unsigned>(n), result);
+		if (s < 0) {
+			for (nfds_t i = 0; i < n; i++)
+				p[i].revents = 0;
+			return true;
+		}
+		if (!s)
 			return false;
+		backoff = Backoff();
+		backoff.brief = true;
 	}
 	if (kernel) {
 		pollfd q[MAX_SET];
@@ -461,7 +510,7 @@ void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 }
 
 // The epoll_wait family.  false: the kernel does the whole call.
-bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, int *result)
+bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep, int *result)
 {
 	Ep *e = ep_of(epfd);
 	Backoff backoff;
@@ -537,8 +586,16 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, int *result)
 			*result = 0;
 			return true;
 		}
-		if (!backoff.again())
+		if (backoff.again())
+			continue;
+		const pollfd set = {epfd, POLLIN, 0};
+		const int s = sleep(&set, 1, result);
+		if (s < 0)
+			return true;
+		if (!s)
 			return false;
+		backoff = Backoff();
+		backoff.brief = true;
 	}
 	if (kernel && found < maxevents) {
 		epoll_event k[64];
@@ -570,7 +627,9 @@ using namespace sd::shim::fast;
 
 bool sd_hook_poll(struct pollfd *p, nfds_t nfds, int timeout, int *result) noexcept
 {
-	return ready_poll(p, nfds, wait_ms(timeout), result);
+	const timespec ts = ms_ts(timeout);
+	return ready_poll(p, nfds, wait_ms(timeout), {timeout < 0 ? nullptr : &ts, nullptr},
+			  result);
 }
 
 bool sd_hook_ppoll(struct pollfd *p, nfds_t nfds, const struct timespec *timeout,
@@ -579,8 +638,7 @@ bool sd_hook_ppoll(struct pollfd *p, nfds_t nfds, const struct timespec *timeout
 	// Returning at once with events matches ppoll: the kernel restores
 	// the caller's mask before returning events, so no signal that
 	// sigmask would let through is delivered then either.
-	(void)sigmask;
-	return ready_poll(p, nfds, wait_ts(timeout), result);
+	return ready_poll(p, nfds, wait_ts(timeout), {timeout, sigmask}, result);
 }
 
 bool sd_hook_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *timeout,
@@ -642,20 +700,22 @@ bool sd_hook_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, int 
 bool sd_hook_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			int *result) noexcept
 {
-	return ready_epoll(epfd, events, maxevents, wait_ms(timeout), result);
+	const timespec ts = ms_ts(timeout);
+	return ready_epoll(epfd, events, maxevents, wait_ms(timeout),
+			   {timeout < 0 ? nullptr : &ts, nullptr}, result);
 }
 
 bool sd_hook_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			 const sigset_t *sigmask, int *result) noexcept
 {
-	(void)sigmask;
-	return ready_epoll(epfd, events, maxevents, wait_ms(timeout), result);
+	const timespec ts = ms_ts(timeout);
+	return ready_epoll(epfd, events, maxevents, wait_ms(timeout),
+			   {timeout < 0 ? nullptr : &ts, sigmask}, result);
 }
 
 bool sd_hook_epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 			  const struct timespec *timeout, const sigset_t *sigmask,
 			  int *result) noexcept
 {
-	(void)sigmask;
-	return ready_epoll(epfd, events, maxevents, wait_ts(timeout), result);
+	return ready_epoll(epfd, events, maxevents, wait_ts(timeout), {timeout, sigmask}, result);
 }

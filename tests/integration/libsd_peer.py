@@ -98,6 +98,43 @@ def sender(n):
     print(len(data))
 
 
+def addressed(n):
+    """n round trips of 8 bytes as sockperf makes them: sendto with the
+    peer's address and MSG_NOSIGNAL on the connected socket, recvfrom with
+    an address buffer and MSG_NOSIGNAL, which gets no address (length 0,
+    as TCP gives)."""
+    import ctypes
+    import socket
+    libc = ctypes.CDLL(None, use_errno=True)
+    nosig = socket.MSG_NOSIGNAL
+    lst, port = SD.listener()
+    pid = os.fork()
+    if pid == 0:
+        side, first = SD.socket(), True
+        SD.connect(side, "127.0.0.1", port)
+    else:
+        side, first = SD.accept(lst), False
+    to = struct.pack("<HH4s8x", socket.AF_INET, socket.htons(port),
+                     socket.inet_aton("127.0.0.1"))
+    buf = ctypes.create_string_buffer(8)
+    frm = ctypes.create_string_buffer(128)
+    flen = ctypes.c_uint32()
+    for i in range(n):
+        msg = struct.pack("<Q", i)
+        if first:
+            assert libc.sendto(side.fileno(), msg, 8, nosig, to, len(to)) == 8
+        flen.value = 128
+        got = libc.recvfrom(side.fileno(), buf, 8, nosig, frm, ctypes.byref(flen))
+        assert got == 8 and buf.raw == msg, (i, got, ctypes.get_errno())
+        assert flen.value == 0, flen.value
+        if not first:
+            assert libc.sendto(side.fileno(), msg, 8, nosig, to, len(to)) == 8
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    print(n)
+
+
 def wait_readable(how, s, ep):
     import select
     if how == "poll":
@@ -147,5 +184,7 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1] == "shared":
         shared(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "addressed":
+        addressed(int(sys.argv[2]))
     elif sys.argv[1] == "sender":
         sender(int(sys.argv[2]))

@@ -78,6 +78,17 @@ def test_readiness_without_syscalls(how):
     assert many - few < 90, f"{how}: {few} -> {many}\n{text}"
 
 
+def test_addressed_calls_take_the_fast_path():
+    """sendto with the peer's address and recvfrom with an address buffer
+    (sockperf's calls, MSG_NOSIGNAL on both) cost no system call per
+    message either; libsd spins long enough that no receive sleeps."""
+    names = ("sendto", "recvfrom", "ioctl", "sched_yield", "futex")
+    env = dict(os.environ, SD_SPIN_US="200000")
+    few, _ = strace_count(("addressed", 100), names, env=env)
+    many, text = strace_count(("addressed", 1000), names, env=env)
+    assert many - few < 90, f"{few} -> {many}\n{text}"
+
+
 def test_syscalls_do_not_grow_with_messages():
     few, _ = syscalls(200)
     many, text = syscalls(5000)

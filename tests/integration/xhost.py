@@ -327,6 +327,56 @@ def poll_readiness(role):
     return server if role == "server" else client
 
 
+class Alarm(OSError):
+    """What a SIGALRM handler raises: the call it interrupted fails."""
+    def __init__(self):
+        super().__init__(errno.EINTR, "alarm")
+
+
+@scenario
+def waits_end_as_told(role):
+    """Waits for data that is late: a receive's SO_RCVTIMEO, a signal
+    whose handler raises (the call fails with EINTR under it) and one whose
+    handler returns (the call goes on), poll's and epoll's timeouts."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.call("go", recv_exact, c, 2)
+        time.sleep(1.5)
+        c.sendall(b"late")
+        t.call("eof", c.recv, 1)
+        c.close()
+
+    def client(t, addr):
+        import signal
+        import struct
+        s = socket.create_connection(addr)
+        tv = struct.pack("ll", 0, 300000)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        t.call("timed out", s.recv, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, bytes(len(tv)))
+        t.log("poll", pollmask(s, 300, ["IN"]))
+        ep = select.epoll()
+        ep.register(s, select.EPOLLIN)
+        t.log("epoll", ep.poll(0.3))
+
+        def raise_alarm(sig, frame):
+            raise Alarm()
+        old = signal.signal(signal.SIGALRM, raise_alarm)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        t.call("interrupted", s.recv, 1)
+        fired = []
+        signal.signal(signal.SIGALRM, lambda sig, frame: fired.append(sig))
+        s.sendall(b"go")
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        t.call("late", recv_exact, s, 4)
+        t.log("handled", len(fired))
+        signal.signal(signal.SIGALRM, old)
+        t.log("epoll after", ep.poll(0.3))
+        ep.close()
+        s.close()
+    return server if role == "server" else client
+
+
 @scenario
 def nonblocking_connect(role):
     def server(t, lst):
