@@ -249,11 +249,17 @@ void end(Side &s)
 	s.tok.end();
 }
 
+// The bytes a call asks for; 0, for the kernel's path, when one of its
+// buffers is null (the kernel fails it with EFAULT, where a copy here
+// would crash the program).
 size_t total(const iovec *iov, int n)
 {
 	size_t t = 0;
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		if (!iov[i].iov_base && iov[i].iov_len)
+			return 0;
 		t += iov[i].iov_len;
+	}
 	return t;
 }
 

@@ -135,6 +135,25 @@ def addressed(n):
     print(n)
 
 
+def nullbuf():
+    """A null buffer with a length, on a connection with bytes to read:
+    EFAULT from send, recv and recvfrom, with MSG_NOSIGNAL and without,
+    and the bytes are still there after."""
+    import ctypes
+    import socket
+    libc = ctypes.CDLL(None, use_errno=True)
+    c, s, lst = SD.pair()
+    c.sendall(b"abc")
+    for flags in (0, socket.MSG_NOSIGNAL, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL):
+        for call in (lambda: libc.send(c.fileno(), None, 10, flags),
+                     lambda: libc.recv(s.fileno(), None, 10, flags),
+                     lambda: libc.recvfrom(s.fileno(), None, 10, flags, None, None)):
+            ctypes.set_errno(0)
+            assert call() == -1 and ctypes.get_errno() == 14, ctypes.get_errno()
+    assert s.recv(10) == b"abc"
+    print("ok")
+
+
 def wait_readable(how, s, ep):
     import select
     if how == "poll":
@@ -184,6 +203,8 @@ if __name__ == "__main__":
         sys.exit(0)
     if sys.argv[1] == "shared":
         shared(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif sys.argv[1] == "nullbuf":
+        nullbuf()
     elif sys.argv[1] == "addressed":
         addressed(int(sys.argv[2]))
     elif sys.argv[1] == "sender":

@@ -78,6 +78,13 @@ def test_readiness_without_syscalls(how):
     assert many - few < 90, f"{how}: {few} -> {many}\n{text}"
 
 
+@pytest.mark.parametrize("sdrun", [True, False], ids=["libsd", "syscalls"])
+def test_a_null_buffer_is_efault_not_a_crash(sdrun, no_leak):
+    """What the kernel fails with EFAULT, libsd leaves to it (found by
+    the fuzzer once receives with MSG_NOSIGNAL went the fast path)."""
+    assert run("nullbuf", sdrun=sdrun).strip() == "ok"
+
+
 def test_addressed_calls_take_the_fast_path():
     """sendto with the peer's address and recvfrom with an address buffer
     (sockperf's calls, MSG_NOSIGNAL on both) cost no system call per
