@@ -287,6 +287,59 @@ def test_unmodified_programs_over_rdma(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 2)
 
 
+TWO_WAITS = """
+import os, select, socket, sys, threading
+host, port = sys.argv[1], int(sys.argv[2])
+idle = socket.create_connection((host, port))
+busy = socket.create_connection((host, port))
+got = []
+t = threading.Thread(target=lambda: got.append(idle.recv(3)))
+t.start()
+for i in range(200):
+    msg = os.urandom(1 + i * 37 % 3000)
+    busy.sendall(msg)
+    echo = b""
+    ep = select.epoll()
+    ep.register(busy, select.EPOLLIN)
+    while len(echo) < len(msg):
+        if i % 2:
+            assert select.select([busy], [], [], 30)[0], f"select timed out at {i}"
+        else:
+            assert ep.poll(30), f"epoll timed out at {i}"
+        echo += busy.recv(65536)
+    ep.close()
+    assert echo == msg, f"echo {i} differs"
+assert t.is_alive(), "the idle receive returned early"
+idle.sendall(b"bye")
+t.join(30)
+assert got == [b"bye"], got
+idle.close()
+busy.close()
+print("ok")
+"""
+
+
+def test_waits_of_two_threads_on_two_connections(peer, settings):
+    """A program's thread sleeps in a receive on an idle RDMA connection
+    (on the completion channel, the bridge thread out of its way) while
+    another ping-pongs 200 times on a second one, waiting in select (which
+    sleeps in the kernel alone) and epoll (on the channel too): every echo
+    comes whole, through whichever thread is woken, the idle receive gets
+    its bytes at the end, and neither host counts a reset."""
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    port = APP_PORT + 8
+    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", TWO_WAITS, peer.remote,
+                              str(port)], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    finally:
+        srv.kill()
+    assert_rdma_without_resets(peer, before, pbefore, 2)
+
+
 SINK_SUM = """
 import hashlib, socket, sys
 lst = socket.create_server(("", int(sys.argv[1])))
