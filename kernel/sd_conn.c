@@ -1422,9 +1422,12 @@ static void sd_conn_leave(struct sd_conn *conn, u8 side, struct sock *peer,
 			  bool reset)
 {
 	WRITE_ONCE(conn->gone[side], true);
-	sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_PROD, SD_RING_FIN);
-	sd_ring_set_flags(&conn->ring[!side], SD_RING_HDR_CONS,
-			  SD_RING_CLOSED);
+	/*
+	 * RESET before FIN in the same flags word: a reader that sees the
+	 * FIN sees the reset too (one location's stores are seen in order),
+	 * so a bridge reading the send ring meanwhile never carries a reset
+	 * to the other host as a clean end of stream.
+	 */
 	if (reset) {
 		WRITE_ONCE(conn->reset, true);
 		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_PROD,
@@ -1432,6 +1435,9 @@ static void sd_conn_leave(struct sd_conn *conn, u8 side, struct sock *peer,
 		sd_ring_set_flags(&conn->ring[!side], SD_RING_HDR_CONS,
 				  SD_RING_RESET);
 	}
+	sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_PROD, SD_RING_FIN);
+	sd_ring_set_flags(&conn->ring[!side], SD_RING_HDR_CONS,
+			  SD_RING_CLOSED);
 	if (!peer)
 		return;
 	if (reset) {
