@@ -1150,13 +1150,18 @@ void arm_cqs() noexcept
 }
 
 // The channel's events, taken (it is non-blocking), so that it polls
-// readable only for new ones.  Under hub.lock.
+// readable only for new ones.  A queue raises one event per arming, so
+// there are rarely more than queues: no read beyond that to find it empty
+// (one left over only makes the next sleep end at once).  Under hub.lock.
 void take_events() noexcept
 {
 	ibv_cq *cq;
 	void *ctx;
-	while (!v.ibv_get_cq_event(hub.chan, &cq, &ctx))
+	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++) {
+		if (v.ibv_get_cq_event(hub.chan, &cq, &ctx))
+			break;
 		v.ibv_ack_cq_events(cq, 1);
+	}
 }
 
 // A program thread's share of the bridge's work (the paper's section 4.2:
@@ -1182,6 +1187,51 @@ bool help_locked(Link *only) noexcept
 		pump(l);
 	}
 	return landed;
+}
+
+// A program thread is about to sleep on the completion channel (and on
+// something of its own): the queues armed first, so that what completes
+// after its look raises an event, then its share of the work for the link
+// of connection fd (fd < 0: every link), under hub.lock.  Returns the
+// channel's descriptor (it lives as long as the process), -1 when there
+// is nothing to sleep on here (no channel, the process exits, fd is not
+// a running RDMA connection of ours), -2 when bytes landed: the caller
+// looks again instead of sleeping.
+int before_sleep(int fd) noexcept
+{
+	int chan = -1;
+
+	pthread_mutex_lock(&hub.lock);
+	Link *only = nullptr;
+	if (fd >= 0) {
+		const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+		only = slot ? hub.slots[slot - 1] : nullptr;
+		if (!only || only->sfd != fd || !only->started || only->state != State::RUN ||
+		    only->failed)
+			goto out;
+	}
+	if (hub.chan && !hub.exiting.load(std::memory_order_relaxed)) {
+		arm_cqs();
+		chan = help_locked(only) ? -2 : hub.chan->fd;
+	}
+out:
+	pthread_mutex_unlock(&hub.lock);
+	if (chan >= 0)
+		hub.waiters.fetch_add(1, std::memory_order_relaxed);
+	return chan;
+}
+
+// The sleep that before_sleep() gave a descriptor for ended; woken by the
+// channel, the thread takes its events and moves what came.
+void after_sleep(bool woken_by_chan) noexcept
+{
+	hub.waiters.fetch_sub(1, std::memory_order_relaxed);
+	if (!woken_by_chan)
+		return;
+	pthread_mutex_lock(&hub.lock);
+	take_events();
+	help_locked(nullptr);
+	pthread_mutex_unlock(&hub.lock);
 }
 
 // Sleep until a completion or a kick (bounded).
@@ -1607,29 +1657,15 @@ int sd_rdma_wait(int fd) noexcept
 	if (!slot)
 		return 0;
 	const int saved = errno;
-	pthread_mutex_lock(&hub.lock);
-	const Link *l = hub.slots[slot - 1];
-	if (!l || l->sfd != fd || !l->started || l->state != State::RUN || l->failed ||
-	    !hub.chan || hub.exiting.load(std::memory_order_relaxed)) {
-		pthread_mutex_unlock(&hub.lock);
-		return 0;
-	}
-	// Armed first: what completes after the look below raises an event.
-	arm_cqs();
-	const bool landed = help_locked(hub.slots[slot - 1]);
-	int chan = hub.chan->fd;	// the channel lives as long as the process
-	pthread_mutex_unlock(&hub.lock);
-	if (landed)
-		return 1;
-	hub.waiters.fetch_add(1, std::memory_order_relaxed);
+	int chan = before_sleep(fd);
+	if (chan < 0)
+		return chan == -2 ? 1 : 0;
 	const int r = real::ioctl()(fd, SD_IOC_RECV_WAIT, &chan);
-	hub.waiters.fetch_sub(1, std::memory_order_relaxed);
+	const int err = errno;
+	// 0: the channel woke it (the socket itself has something at 1).
+	after_sleep(r == 0);
 	if (r < 0)
-		return errno == EINTR || errno == EAGAIN ? -1 : (errno = saved, 0);
-	pthread_mutex_lock(&hub.lock);
-	take_events();
-	help_locked(nullptr);
-	pthread_mutex_unlock(&hub.lock);
+		return err == EINTR || err == EAGAIN ? (errno = err, -1) : (errno = saved, 0);
 	errno = saved;
 	return r == 1 ? 2 : 1;
 }
@@ -1650,17 +1686,9 @@ int sd_rdma_sleep_on(const pollfd *set, unsigned n, const timespec *until,
 	if (!fast::rdma_links.load(std::memory_order_relaxed) || n > MAX)
 		return 0;
 	const int saved = errno;
-	pthread_mutex_lock(&hub.lock);
-	if (!hub.chan || hub.exiting.load(std::memory_order_relaxed)) {
-		pthread_mutex_unlock(&hub.lock);
-		return 0;
-	}
-	arm_cqs();
-	const bool landed = help_locked(nullptr);
-	const int chan = hub.chan->fd;
-	pthread_mutex_unlock(&hub.lock);
-	if (landed)
-		return 1;
+	const int chan = before_sleep(-1);
+	if (chan < 0)
+		return chan == -2 ? 1 : 0;
 	timespec left = {};
 	if (until) {
 		timespec now;
@@ -1674,21 +1702,17 @@ int sd_rdma_sleep_on(const pollfd *set, unsigned n, const timespec *until,
 	pollfd p[MAX + 1];
 	std::copy(set, set + n, p);
 	p[n] = {chan, POLLIN, 0};
-	hub.waiters.fetch_add(1, std::memory_order_relaxed);
 	const int r = real::ppoll()(p, n + 1, until ? &left : nullptr, mask);
-	hub.waiters.fetch_sub(1, std::memory_order_relaxed);
-	if (r < 0)
-		return errno == EINTR ? -1 : (errno = saved, 0);
+	const int err = errno;
+	after_sleep(r > 0 && p[n].revents);
+	if (r < 0) {
+		errno = err == EINTR ? err : saved;
+		return err == EINTR ? -1 : 0;
+	}
 	errno = saved;
 	if (!r)
 		return -2;
-	if (r > 1 || !p[n].revents)
-		return 0;
-	pthread_mutex_lock(&hub.lock);
-	take_events();
-	help_locked(nullptr);
-	pthread_mutex_unlock(&hub.lock);
-	return 1;
+	return r > 1 || !p[n].revents ? 0 : 1;
 }
 
 // The program wrote into fd's send ring (dir SD_TOKEN_TX) or took from
