@@ -1549,7 +1549,9 @@ void after_fork_child() noexcept
 	hub.n_orphans = 0;
 	for (unsigned i = 0; i < MAX_LINKS; i++) {
 		const Link *l = hub.slots[i];
-		if (l && l->started && !l->failed && l->sfd >= 0 && hub.n_orphans < MAX_ORPHANS)
+		// One whose descriptor the parent closed may live on in a
+		// copy (dup): it is looked for by its inode.
+		if (l && l->started && !l->failed && hub.n_orphans < MAX_ORPHANS)
 			hub.orphans[hub.n_orphans++] = {l->sfd, l->sino};
 		if (l && l->bfd >= 0)
 			real::close()(l->bfd);
@@ -1755,13 +1757,36 @@ bool sd_hook__exit(int, void *) noexcept
 // now, while the descriptor is there; the successor then carries the rest
 // and the end of stream, and exit waits for that (drain).  One whose
 // parent's bridge is still there stays with it.
+//
+// A connection of ours among them stays with the bridge (it carries what
+// was sent, the end of stream, or all of it while another process holds
+// the socket), but the number is no longer its: the program's calls on
+// the next socket to get it must not take the bridge's ways (a wake
+// skipped because the bridge had nothing to do).
 void sd_rdma_closing(unsigned int first, unsigned int last) noexcept
 {
-	if (!__atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED))
+	const bool orphans = __atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED) != 0;
+	const unsigned end = std::min(last, fast::MAX_CONNS - 1);
+	bool ours = false;
+
+	if (fast::rdma_links.load(std::memory_order_relaxed))
+		for (unsigned fd = first; fd <= end && !ours; fd++)
+			ours = link_of[fd].load(std::memory_order_relaxed) != 0;
+	if (!orphans && !ours)
 		return;
 	const int saved = errno;
 	pthread_mutex_lock(&hub.lock);
-	adopt_orphans(first, last);
+	if (orphans)
+		adopt_orphans(first, last);
+	for (unsigned fd = first; fd <= end; fd++) {
+		const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+		if (!slot)
+			continue;
+		Link *l = hub.slots[slot - 1];
+		if (l && l->sfd == static_cast<int>(fd))
+			l->sfd = -1;
+		link_of[fd].store(0, std::memory_order_relaxed);
+	}
 	pthread_mutex_unlock(&hub.lock);
 	errno = saved;
 }

@@ -340,6 +340,63 @@ def test_waits_of_two_threads_on_two_connections(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 2)
 
 
+REUSED = """
+import os, socket, sys, threading, time
+host, port = sys.argv[1], int(sys.argv[2])
+r, w = os.pipe()
+lst = socket.create_server(("127.0.0.1", 0))
+far = socket.create_connection((host, port))
+far.sendall(b"ping")
+assert far.recv(4) == b"ping"
+if os.fork() == 0:
+    os.read(r, 1)       # holds the connection until told to go
+    os._exit(0)
+n = far.fileno()
+far.close()
+near = socket.create_connection(lst.getsockname())
+assert near.fileno() == n, f"the local connection got {near.fileno()}, not {n}"
+other, _ = lst.accept()
+got = []
+for rx, tx in ((other, near), (near, other)):
+    t = threading.Thread(target=lambda: got.append(rx.recv(5)), daemon=True)
+    t.start()
+    time.sleep(1)       # asleep in its receive by now
+    tx.sendall(b"hello")
+    t.join(15)          # a wake-up takes milliseconds
+    if t.is_alive():
+        print(f"receive {len(got)} was not woken", file=sys.stderr, flush=True)
+        os.write(w, b"x")
+        os._exit(1)
+assert got == [b"hello", b"hello"], got
+os.write(w, b"x")
+os.wait()
+print("ok")
+"""
+
+
+def test_a_closed_connections_number_is_the_next_sockets_own(peer, settings):
+    """The client closes its RDMA connection while a forked child still
+    holds it, so the bridge carries it on, and the next socket, a local
+    connection, gets the same descriptor number.  A receive asleep on the
+    other end of that local connection must be woken by a send on it, and
+    a receive asleep on it by a send from the other end: the number is
+    the local connection's now, not the bridge's (a send on it once
+    skipped the wake-up, the bridge having nothing to do).  The RDMA
+    connection ends cleanly when the child goes."""
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    port = APP_PORT + 9
+    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", REUSED, peer.remote,
+                              str(port)], capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    finally:
+        srv.kill()
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
 SINK_SUM = """
 import hashlib, socket, sys
 lst = socket.create_server(("", int(sys.argv[1])))
