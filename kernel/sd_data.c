@@ -604,7 +604,8 @@ static int sd_xwait_wake(wait_queue_entry_t *entry, unsigned int mode,
 	__poll_t events = key_to_poll(key);
 
 	if (events & POLLFREE) {
-		x->freed = true;
+		/* Read by the sleeper in sd_recv_wait(), not under the queue's lock. */
+		WRITE_ONCE(x->freed, true);
 		list_del_init(&entry->entry);
 		/* Pairs with the acquire in sd_xwait_remove(). */
 		smp_store_release(&x->head, NULL);
@@ -684,7 +685,7 @@ static int sd_recv_wait(struct socket *sock, int __user *arg)
 			err = 1;
 			break;
 		}
-		if (ready || x.freed)
+		if (ready || READ_ONCE(x.freed))
 			break;
 		if (!timeo) {
 			err = -EAGAIN;
