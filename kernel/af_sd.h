@@ -149,6 +149,13 @@ struct sd_conn {
 	bool			left;
 	bool			moved;		/* moved_at is set */
 	struct sd_rdma_move	moved_at;
+	/*
+	 * A process was refused a bridge (EBUSY) while one was there, last
+	 * at wanted_at (jiffies): it would take the connection up.  The
+	 * next bridge clears it.  Under lock.
+	 */
+	bool			wanted;
+	unsigned long		wanted_at;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */

@@ -21,13 +21,17 @@
  * socket (fork) leaves instead (SD_IOC_RDMA_LEAVE): it stops with nothing
  * in flight, the peer's monitor learns where, and its release leaves the
  * connection waiting for a bridge in a process that holds the socket,
- * which resumes from there (SD_IOC_RDMA_RESUME, SD_IOC_RDMA_MOVE).
+ * which resumes from there (SD_IOC_RDMA_RESUME, SD_IOC_RDMA_MOVE).  A
+ * bridge whose process lives on but closed its copy hands over the same
+ * way (SD_IOC_RDMA_HANDOVER), once a process that holds the socket asked
+ * for it (its SD_IOC_RDMA_BRIDGE was refused: conn->wanted).
  */
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
 #include <linux/fs.h>
 #include <linux/mm.h>
 #include <linux/fdtable.h>
+#include <linux/jiffies.h>
 #include <linux/sched/mm.h>
 #include <linux/uaccess.h>
 #include <net/net_namespace.h>
@@ -108,9 +112,10 @@ static int sd_fd_is(const void *p, struct file *file, unsigned int fd)
  * The caller's own references are its descriptors and its mappings of the
  * socket; a reference another of its threads holds for a moment (a call
  * in progress on the socket) counts as another holder, which costs a
- * needless move, nothing else.
+ * needless move, nothing else.  *@fds: whether the caller holds a
+ * descriptor of it.
  */
-static bool sd_sock_held_elsewhere(struct sock *sk)
+static bool sd_sock_held_elsewhere(struct sock *sk, bool *fds)
 {
 	struct mm_struct *mm = current->mm;
 	struct vm_area_struct *vma;
@@ -118,6 +123,8 @@ static bool sd_sock_held_elsewhere(struct sock *sk)
 	long own = 1;		/* ours, below */
 	unsigned int n = 0;
 	int r;
+
+	*fds = false;
 
 	/* As in sd_bridge_sock_closing(): a file is freed after a grace period. */
 	rcu_read_lock();
@@ -133,6 +140,7 @@ static bool sd_sock_held_elsewhere(struct sock *sk)
 		own++;
 		n = r;
 	}
+	*fds = own > 1;
 	if (mm) {
 		VMA_ITERATOR(vmi, mm, 0);
 
@@ -148,15 +156,42 @@ static bool sd_sock_held_elsewhere(struct sock *sk)
 }
 
 /*
- * SD_IOC_RDMA_LEAVE: the bridge stopped at @at, nothing in flight, and its
- * process goes while another holds the socket.  The peer's monitor is told
- * first, then the connection waits for the next bridge.
+ * A process that is refused a bridge while one is there asks again every
+ * 100 ms (libsd) for as long as it holds the socket: one that has not for
+ * this long gave up.
  */
-static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at)
+#define SD_WANTED_FOR	HZ
+
+/*
+ * Whether a process still waits to bridge @conn (SD_IOC_RDMA_HANDOVER);
+ * when none does, the flag that told the bridge is cleared.  Under
+ * conn->lock.
+ */
+static bool sd_bridge_wanted(struct sd_conn *conn, u8 side)
+{
+	if (conn->wanted &&
+	    time_before(jiffies, conn->wanted_at + SD_WANTED_FOR))
+		return true;
+	conn->wanted = false;
+	sd_ring_clear_flags(&conn->ring[side], SD_RING_HDR_CONS,
+			    SD_RING_WANTED);
+	return false;
+}
+
+/*
+ * SD_IOC_RDMA_LEAVE: the bridge stopped at @at, nothing in flight, and its
+ * process goes while another holds the socket.  SD_IOC_RDMA_HANDOVER
+ * (@handover): the same while its process lives on but holds no
+ * descriptor of the socket, for a process that waits to bridge it.  The
+ * peer's monitor is told first, then the connection waits for the next
+ * bridge.
+ */
+static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
+			   bool handover)
 {
 	struct sd_conn *conn = b->conn;
 	struct sock *sk;
-	bool held;
+	bool held, fds;
 	int err;
 
 	/* The ring positions are the successor's to check (libsd's rings). */
@@ -167,21 +202,25 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at)
 	sk = sd_bridge_sock(b);
 	if (!sk)
 		return -EPIPE;
-	held = sd_sock_held_elsewhere(sk);
+	held = sd_sock_held_elsewhere(sk, &fds);
 	sock_put(sk);
-	if (!held)
+	if (!held || (handover && fds))
 		return -EBUSY;
 
 	spin_lock(&conn->lock);
 	if (READ_ONCE(conn->reset))
 		err = -ECONNRESET;
+	else if (handover && !sd_bridge_wanted(conn, b->side))
+		err = -EBUSY;
 	else if (conn->gone[0] || conn->gone[1])
 		err = -EPIPE;
 	else if (b->leaving)
 		err = -EALREADY;
 	else
 		err = 0;
-	b->leaving = true;
+	/* A handover refused for now may come later. */
+	if (!err)
+		b->leaving = true;
 	spin_unlock(&conn->lock);
 	if (err)
 		return err;
@@ -258,7 +297,11 @@ static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
 	case SD_IOC_RDMA_LEAVE:
 		if (copy_from_user(&at, (void __user *)arg, sizeof(at)))
 			return -EFAULT;
-		return sd_bridge_leave(b, &at);
+		return sd_bridge_leave(b, &at, false);
+	case SD_IOC_RDMA_HANDOVER:
+		if (copy_from_user(&at, (void __user *)arg, sizeof(at)))
+			return -EFAULT;
+		return sd_bridge_leave(b, &at, true);
 	case SD_IOC_RDMA_RESUME:
 		spin_lock(&b->conn->lock);
 		err = b->successor ? 0 : -ENOENT;
@@ -396,6 +439,7 @@ int sd_bridge_open(struct sock *sk)
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn;
 	struct sd_bridge *b;
+	bool kick = false;
 	int err, fd;
 
 	b = kzalloc(sizeof(*b), GFP_KERNEL);
@@ -408,14 +452,30 @@ int sd_bridge_open(struct sock *sk)
 	if (!conn || !conn->link)
 		goto out_unlock;
 	spin_lock(&conn->lock);
-	if (conn->bridged)
+	if (conn->bridged) {
 		err = -EBUSY;
-	else if (conn->gone[ss->side] || READ_ONCE(conn->reset))
+		/*
+		 * A bridge carries it: tell it that this process would take
+		 * the connection up, should its own let go of the socket.
+		 */
+		if (!conn->bridge_gone && !conn->left) {
+			kick = !conn->wanted ||
+			       !time_before(jiffies, conn->wanted_at + SD_WANTED_FOR);
+			conn->wanted = true;
+			conn->wanted_at = jiffies;
+			sd_ring_set_flags(&conn->ring[ss->side],
+					  SD_RING_HDR_CONS, SD_RING_WANTED);
+		}
+	} else if (conn->gone[ss->side] || READ_ONCE(conn->reset)) {
 		err = -EPIPE;
-	else
+	} else {
 		err = 0;
+	}
 	b->successor = conn->left;
 	spin_unlock(&conn->lock);
+	/* Outside conn->lock, which is never taken under the link's. */
+	if (kick)
+		sd_link_kick(conn->link);
 	if (err)
 		goto out_unlock;
 	refcount_inc(&conn->ref);
@@ -440,6 +500,9 @@ int sd_bridge_open(struct sock *sk)
 	spin_lock(&conn->lock);
 	conn->bridged = true;
 	conn->left = false;
+	conn->wanted = false;
+	sd_ring_clear_flags(&conn->ring[ss->side], SD_RING_HDR_CONS,
+			    SD_RING_WANTED);
 	spin_unlock(&conn->lock);
 	release_sock(sk);
 	return fd;

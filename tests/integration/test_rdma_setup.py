@@ -183,6 +183,7 @@ SD_IOC_RDMA_LEAVE = 0x403853D9  # _IOW('S', 0xD9, struct sd_rdma_move)
 SD_IOC_RDMA_RESUME = 0x803853DA  # _IOR('S', 0xDA, struct sd_rdma_move)
 SD_IOC_RDMA_MOVE = 0x405053DB   # _IOW('S', 0xDB, struct sd_rdma_half)
 SD_IOC_RDMA_MOVED = 0x809053DC  # _IOR('S', 0xDC, struct sd_rdma_moved)
+SD_IOC_RDMA_HANDOVER = 0x403853DE  # _IOW('S', 0xDE, struct sd_rdma_move)
 SD_MMAP_OFFSETS = 1
 S = {}
 _out = threading.Lock()
@@ -320,8 +321,77 @@ def leave(name, at):
     fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_LEAVE, at)
 
 
+def handover(name, at):
+    fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_HANDOVER, at)
+
+
 def resume(name):
     return fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_RESUME, bytes(56))
+
+
+def map_tx_flags(name):
+    """Map S[name]'s send ring through its bridge's descriptor, for
+    tx_cons_flags(); unmap_tx_flags() before the descriptor's close."""
+    import mmap
+    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 208)
+    S[name + "fo"] = struct.unpack_from("Q", off, 16)[0]
+    S[name + "m"] = mmap.mmap(S[name + "b"], struct.unpack_from("Q", off, 40)[0],
+                              mmap.MAP_SHARED, mmap.PROT_READ)
+
+
+def tx_cons_flags(name):
+    return struct.unpack_from("I", S[name + "m"], S[name + "fo"])[0]
+
+
+def unmap_tx_flags(name):
+    S.pop(name + "m").close()
+
+
+def asker(name):
+    """A child of fork that holds S[name] and, for each byte on its pipe,
+    asks for its bridge once (b"a"; it answers with the errno name, or the
+    positions SD_IOC_RDMA_RESUME gave and its send ring's consumer flags
+    once it has it) or exits (b"x"): as S[name + "k"] = (pid, w, r)."""
+    cmd_r, cmd_w = os.pipe()
+    ans_r, ans_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            libc.prctl(1, 9)            # PR_SET_PDEATHSIG, SIGKILL
+            os.close(cmd_w)
+            os.close(ans_r)
+            os.close(S[name + "b"])     # as libsd's child does
+            m = S.pop(name + "m", None)
+            if m:
+                m.close()               # it would hold the parent's bridge
+            while os.read(cmd_r, 1) == b"a":
+                try:
+                    bridge(name)
+                    map_tx_flags(name)
+                    out = [list(struct.unpack("QQQI", resume(name)[:28])),
+                           tx_cons_flags(name)]
+                except OSError as e:
+                    out = ename(e)
+                os.write(ans_w, json.dumps(out).encode() + b"\n")
+        finally:
+            os._exit(0)
+    os.close(cmd_r)
+    os.close(ans_w)
+    S[name + "k"] = (pid, cmd_w, os.fdopen(ans_r))
+
+
+def ask(name):
+    """The asker's answer to one b"a"."""
+    os.write(S[name + "k"][1], b"a")
+    return json.loads(S[name + "k"][2].readline())
+
+
+def asker_end(name):
+    pid, w, r = S.pop(name + "k")
+    os.write(w, b"x")
+    os.close(w)
+    r.close()
+    return os.waitpid(pid, 0)[1]
 
 
 def move(name, half):
@@ -1362,6 +1432,54 @@ def test_a_bridge_leaves_for_a_successor(h):
         pid, wr = S.pop('child')
         os.close(wr)
         os.waitpid(pid, 0)""")
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
+WANTED = 1 << 3     # SD_RING_WANTED
+
+
+def test_a_living_bridge_hands_over_to_a_process_that_asks(h):
+    """SD_IOC_RDMA_HANDOVER, for a bridge whose process lives on.  Refused
+    (EBUSY) while the caller holds a descriptor of the socket, and while
+    nobody asked for it within the last second (which clears the flag
+    below).  A child of fork that is refused a bridge (EBUSY) raises
+    SD_RING_WANTED on the send ring's consumer flags.  Once the parent
+    closed its copy and the child asked again, bad positions are EINVAL and
+    the handover succeeds, once (counted as a move); the peer's bridge
+    reads where it stopped; the parent's bridge closes without a reset, and
+    the child's next ask makes it the bridge: it resumes from there, with
+    the flag down."""
+    rdma_connect(h)
+    h.a.call("bridge('c'); map_tx_flags('c')")
+    h.b.call("bridge('s')")
+    da, db = Counters(A), Counters(B)
+    at = move_at(1000, 900, 2000, flags=1)
+    assert h.a.err(f"handover('c', {at!r})") == "EBUSY"    # held only here
+    h.a.call("asker('c')")
+    assert h.a.err(f"handover('c', {at!r})") == "EBUSY"    # nobody asked
+    assert not h.a.call("return tx_cons_flags('c')") & WANTED
+    assert h.a.call("return ask('c')") == "EBUSY"
+    assert h.a.call("return tx_cons_flags('c')") & WANTED
+    assert h.a.err(f"handover('c', {at!r})") == "EBUSY"    # ours still open
+    h.a.call("close('c')")
+    time.sleep(1.5)                                         # it stopped asking
+    assert h.a.err(f"handover('c', {at!r})") == "EBUSY"
+    assert not h.a.call("return tx_cons_flags('c')") & WANTED
+    assert h.a.call("return ask('c')") == "EBUSY"
+    assert h.a.call("return tx_cons_flags('c')") & WANTED
+    for bad in (move_at(10, 5, 7, flags=4), move_at(10, 11, 7),
+                move_at(10, 5, 7, reserved=1)):
+        assert h.a.err(f"handover('c', {bad!r})") == "EINVAL"
+    h.a.call(f"handover('c', {at!r})")
+    assert h.a.err(f"handover('c', {at!r})") == "EALREADY"
+    assert da().get("rdma_moves") == 1, da()
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    assert h.a.call("return ask('c')") == "EBUSY"          # until it goes
+    h.a.call("unmap_tx_flags('c'); bridge_close('c')")
+    assert h.a.call("return ask('c')") == [[1000, 900, 2000, 1], 0]
+    assert h.a.call("return asker_end('c')") == 0
     assert "rdma_resets" not in da(), da()
     assert "rdma_resets" not in db(), db()
 

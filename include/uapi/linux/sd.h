@@ -170,6 +170,16 @@ struct sd_rdma_half {
  * peer with SD_IOC_RDMA_MOVE.  Until then the connection is carried by
  * nobody; if the socket closes meanwhile, the connection ends there.
  *
+ * SD_IOC_RDMA_HANDOVER: as SD_IOC_RDMA_LEAVE, for a bridge whose process
+ * lives on but let go of the socket (the parent of a forking server that
+ * closed its copy): allowed only while the caller's process holds no
+ * descriptor of the socket and another process waits to bridge it: its
+ * SD_IOC_RDMA_BRIDGE on the socket was refused (EBUSY), last less than a
+ * second ago (EBUSY otherwise: the bridge carries on).  A refusal sets
+ * SD_RING_WANTED on the send ring's consumer flags, where the bridge sees
+ * it (and signals its eventfd the first time); the next bridge made, or a
+ * HANDOVER that finds nobody waiting any more, clears it.
+ *
  * SD_IOC_RDMA_MOVED, on the peer's bridge descriptor: where the other
  * bridge stopped, and the new bridge's half once it came (SD_RDMA_MOVED_HALF
  * in flags); ENOENT when nothing moved.  Reading the half ends the move
@@ -202,6 +212,7 @@ struct sd_rdma_moved {
 #define SD_RDMA_MOVED_HALF	(1U << 0)
 
 #define SD_IOC_RDMA_LEAVE	_IOW('S', 0xD9, struct sd_rdma_move)
+#define SD_IOC_RDMA_HANDOVER	_IOW('S', 0xDE, struct sd_rdma_move)
 #define SD_IOC_RDMA_RESUME	_IOR('S', 0xDA, struct sd_rdma_move)
 #define SD_IOC_RDMA_MOVE	_IOW('S', 0xDB, struct sd_rdma_half)
 #define SD_IOC_RDMA_MOVED	_IOR('S', 0xDC, struct sd_rdma_moved)
@@ -296,6 +307,7 @@ struct sd_mmap_offsets {
 #define SD_RING_READER_WAIT	(1U << 0)	/* consumer sleeps for data */
 #define SD_RING_CLOSED		(1U << 1)	/* consumer reads no more */
 #define SD_RING_MOVED		(1U << 2)	/* remote consumer's bridge moved */
+#define SD_RING_WANTED		(1U << 3)	/* another process would bridge it */
 /* Either word: the kernel reset the connection. */
 #define SD_RING_RESET		(1U << 31)
 
