@@ -76,6 +76,7 @@ constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the threa
 constexpr std::int64_t ALONE_CHECK_NS = 1'000'000'000;	// is it the last thread?
 constexpr std::int64_t ADOPT_POLL_NS = 100'000'000;	// a child looks for a left bridge
 constexpr std::int64_t MOVE_WAIT_NS = 10'000'000'000;	// the peer's successor comes by then
+constexpr std::int64_t HANDOVER_RETRY_NS = 1'000'000'000;	// after a refused handover
 constexpr unsigned MAX_ORPHANS = 64;
 
 // ---- libibverbs, opened on first use --------------------------------------
@@ -151,6 +152,8 @@ struct Link {
 	bool hold = false;		// a successor: nothing goes before the peer's first write
 	bool leaving = false;		// exit: stop, let the writes complete, leave
 	bool leave_tried = false;
+	bool handing = false;		// the same to hand over (SD_IOC_RDMA_HANDOVER)
+	std::int64_t handover_at = 0;	// the last look at that
 	std::int64_t moving_since = 0;
 
 	sd::Producer &prod() { return *std::launder(reinterpret_cast<sd::Producer *>(prod_buf)); }
@@ -1053,16 +1056,19 @@ bool step_moving(Link *l, bool *done) noexcept
 // This process exits, and the socket of link l may be another's too (a
 // child of fork): once nothing of ours is in flight, the bridge leaves if
 // the module says so, for the child's to take over; otherwise it ends the
-// connection as usual.
-bool try_leave(Link *l, bool *done) noexcept
+// connection as usual.  With handover, the process lives on but the
+// program let go of the socket, which a process that would bridge it
+// holds: the bridge hands it over if the module agrees (SD_IOC_RDMA_HANDOVER),
+// and otherwise carries on.
+bool try_leave(Link *l, bool *done, bool handover) noexcept
 {
-	if (l->leave_tried)
+	if (!handover && l->leave_tried)
 		return false;
 	// Not moving: nothing holds the socket any more, the peer went, or
 	// its end is moving already (both ends at once would not meet).
 	if (l->state != State::RUN || l->hold || sock_closed(l) || peer_closed(l)) {
-		l->leaving = false;
-		l->leave_tried = true;
+		l->leaving = l->handing = false;
+		l->leave_tried |= !handover;
 		return false;
 	}
 	l->leaving = true;
@@ -1078,10 +1084,28 @@ bool try_leave(Link *l, bool *done) noexcept
 	at.tx_head = l->cons().head();
 	at.tx_rec_off = l->cons().rec_off();
 	at.rx_tail = l->prod().tail();
-	l->leave_tried = true;
-	l->leaving = false;
-	if (real::ioctl()(l->bfd, SD_IOC_RDMA_LEAVE, &at) == 0)
+	l->leave_tried |= !handover;
+	l->leaving = l->handing = false;
+	if (real::ioctl()(l->bfd, handover ? SD_IOC_RDMA_HANDOVER : SD_IOC_RDMA_LEAVE, &at) == 0)
 		*done = true;	// closing its descriptor does not reset now
+	return true;
+}
+
+// Whether to hand link l over (try_leave()): the program closed its number
+// of the socket, and another process that holds the socket was refused a
+// bridge for it (SD_RING_WANTED: the child of a forking server whose
+// parent closed its copy).  Looked at as often as such a child asks; after
+// a refusal (this process holds the socket under another number, or the
+// child stopped asking), only every second.
+bool want_handover(Link *l) noexcept
+{
+	if (l->sfd >= 0 || l->state != State::RUN || l->hold || l->leaving ||
+	    !(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_WANTED))
+		return false;
+	const std::int64_t now = fast::now_ns();
+	if (now < l->handover_at)
+		return false;
+	l->handover_at = now + HANDOVER_RETRY_NS;
 	return true;
 }
 
@@ -1118,7 +1142,12 @@ bool step(Link *l, bool *done) noexcept
 			fail(l);
 	}
 	if (hub.exiting.load(std::memory_order_relaxed) && !l->failed) {
-		moved |= try_leave(l, done);
+		moved |= try_leave(l, done, false);
+		if (*done)
+			return true;
+	} else if (!l->failed && (l->handing || want_handover(l))) {
+		l->handing = true;
+		moved |= try_leave(l, done, true);
 		if (*done)
 			return true;
 	}
@@ -1443,7 +1472,11 @@ bool adopt_orphans(unsigned first = 0, unsigned last = ~0U) noexcept
 // exits the process with status 0, as the last thread's end would have.
 void *bridge_main(void *) noexcept
 {
-	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0, looked = 0;
+	// A child's first ask for its parent's connections comes a moment
+	// after the fork: one that execs at once (a program without libsd,
+	// maybe) never asks, so its parent's bridge does not hand them over.
+	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0,
+		     looked = fast::now_ns();
 
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
@@ -1760,9 +1793,10 @@ bool sd_hook__exit(int, void *) noexcept
 //
 // A connection of ours among them stays with the bridge (it carries what
 // was sent, the end of stream, or all of it while another process holds
-// the socket), but the number is no longer its: the program's calls on
-// the next socket to get it must not take the bridge's ways (a wake
-// skipped because the bridge had nothing to do).
+// the socket, until it hands it over: want_handover()), but the number is
+// no longer its: the program's calls on the next socket to get it must
+// not take the bridge's ways (a wake skipped because the bridge had
+// nothing to do).
 void sd_rdma_closing(unsigned int first, unsigned int last) noexcept
 {
 	const bool orphans = __atomic_load_n(&hub.n_orphans, __ATOMIC_RELAXED) != 0;
@@ -1778,16 +1812,24 @@ void sd_rdma_closing(unsigned int first, unsigned int last) noexcept
 	pthread_mutex_lock(&hub.lock);
 	if (orphans)
 		adopt_orphans(first, last);
+	bool wanted = false;
 	for (unsigned fd = first; fd <= end; fd++) {
 		const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
 		if (!slot)
 			continue;
 		Link *l = hub.slots[slot - 1];
-		if (l && l->sfd == static_cast<int>(fd))
+		if (l && l->sfd == static_cast<int>(fd)) {
 			l->sfd = -1;
+			wanted |= l->tx_cons_flags &&
+				  (__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) &
+				   SD_RING_WANTED);
+		}
 		link_of[fd].store(0, std::memory_order_relaxed);
 	}
 	pthread_mutex_unlock(&hub.lock);
+	// A process waits to take it up: the bridge hands it over now.
+	if (wanted)
+		kick();
 	errno = saved;
 }
 

@@ -495,6 +495,37 @@ def test_forked_child_takes_up_the_connection(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
+def test_child_takes_up_the_connection_its_living_parent_closed(peer, settings):
+    """The client under sdrun forks and closes its copy of the RDMA
+    connection, most of the server's answer still on its way, and lives on
+    until its child is done (the xhost scenario
+    parent_lives_child_carries_on, the postgres pattern).  The child asks
+    for the connection, the parent's bridge hands it over (counted as
+    rdma_moves) and the child's carries it: every byte arrives both ways,
+    with no reset on either host."""
+    port = APP_PORT + 10
+    name = "parent_lives_child_carries_on"
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, XHOST, "server", name, str(port)])
+    try:
+        assert srv.readline() == "ready", srv.stderr
+        out = subprocess.run([SDRUN, sys.executable, XHOST, "client", name,
+                              peer.remote, str(port)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        line = srv.readline(300)
+        assert line is not None, srv.stderr
+        assert srv.wait(60) == 0, srv.stderr
+    finally:
+        srv.kill()
+    rows = json.loads(line) + json.loads(out.stdout)
+    assert [r for r in rows if r[1] is False] == [], rows
+    assert ["child", 0] in rows, rows
+    assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
 def run_until_it_left(script, peer, port):
     """Run a client script under sdrun against B's port; it forks and says
     "left" as its parent goes."""

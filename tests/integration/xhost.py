@@ -438,6 +438,18 @@ def leave_to_child():
     os.close(r)
 
 
+def answer_server(t, lst):
+    """The server of the scenarios whose client's child carries on: a
+    100 kB request, a 4 MiB answer, 1 MiB back to the end of stream, a last
+    word."""
+    c, _ = lst.accept()
+    t.log("request", recv_exact(c, 100000) == pattern(100000, 8))
+    c.sendall(pattern(ANSWER, 9))
+    t.log("second", recv_all(c) == pattern(1 << 20, 10))
+    c.sendall(b"thanks")
+    c.close()
+
+
 @scenario
 def parent_exits_child_carries_on(role):
     """The client's parent exits while its child holds the connection, with
@@ -445,13 +457,7 @@ def parent_exits_child_carries_on(role):
     rest, sends 1 MiB and reads the server's last word.  Every byte is
     checked.  (Over RDMA the child's bridge takes the connection up from
     where its parent's stopped.)"""
-    def server(t, lst):
-        c, _ = lst.accept()
-        t.log("request", recv_exact(c, 100000) == pattern(100000, 8))
-        c.sendall(pattern(ANSWER, 9))
-        t.log("second", recv_all(c) == pattern(1 << 20, 10))
-        c.sendall(b"thanks")
-        c.close()
+    server = answer_server
 
     def client(t, addr):
         s = socket.create_connection(addr)
@@ -465,6 +471,36 @@ def parent_exits_child_carries_on(role):
         t.call("last", recv_all, s)
         s.close()
     return server if role == "server" else client
+
+
+@scenario
+def parent_lives_child_carries_on(role):
+    """The client forks and closes its copy of the connection, with most of
+    the server's 4 MiB answer still on its way, and lives on, waiting for
+    its child; the child, a moment later, reads the rest, sends 1 MiB and
+    reads the server's last word (the postgres pattern).  Every byte is
+    checked, in the child, whose exit status says so.  (Over RDMA the
+    parent's bridge hands the connection over to the child's once the
+    child asks for it.)"""
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(100000, 8))
+        head = recv_exact(s, 100000)
+        pid = os.fork()
+        if pid == 0:
+            ok = False
+            try:
+                time.sleep(0.3)
+                rest = recv_exact(s, ANSWER - len(head))
+                s.sendall(pattern(1 << 20, 10))
+                s.shutdown(socket.SHUT_WR)
+                ok = head + rest == pattern(ANSWER, 9) and recv_all(s) == b"thanks"
+                s.close()
+            finally:
+                os._exit(0 if ok else 1)
+        s.close()
+        t.log("child", os.waitpid(pid, 0)[1])
+    return answer_server if role == "server" else client
 
 
 @scenario
