@@ -156,6 +156,13 @@ struct sd_conn {
 	 */
 	bool			wanted;
 	unsigned long		wanted_at;
+	/*
+	 * A bridge that left for its process's next image (SD_RDMA_LEAVE_EXEC)
+	 * keeps the connection for that process (a reference to its thread
+	 * group's pid) while it lives: another process's bridge is refused.
+	 * The next bridge drops it.  Under lock.
+	 */
+	struct pid		*heir;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */

@@ -24,7 +24,10 @@
  * which resumes from there (SD_IOC_RDMA_RESUME, SD_IOC_RDMA_MOVE).  A
  * bridge whose process lives on but closed its copy hands over the same
  * way (SD_IOC_RDMA_HANDOVER), once a process that holds the socket asked
- * for it (its SD_IOC_RDMA_BRIDGE was refused: conn->wanted).
+ * for it (its SD_IOC_RDMA_BRIDGE was refused: conn->wanted).  A bridge
+ * whose process execs leaves for the process's next image
+ * (SD_RDMA_LEAVE_EXEC), which alone may take it up while it lives
+ * (conn->heir): not a child of vfork that execs first, say.
  */
 #include <linux/anon_inodes.h>
 #include <linux/file.h>
@@ -32,6 +35,8 @@
 #include <linux/mm.h>
 #include <linux/fdtable.h>
 #include <linux/jiffies.h>
+#include <linux/pid.h>
+#include <linux/sched/signal.h>
 #include <linux/sched/mm.h>
 #include <linux/uaccess.h>
 #include <net/net_namespace.h>
@@ -113,9 +118,9 @@ static int sd_fd_is(const void *p, struct file *file, unsigned int fd)
  * socket; a reference another of its threads holds for a moment (a call
  * in progress on the socket) counts as another holder, which costs a
  * needless move, nothing else.  *@fds: whether the caller holds a
- * descriptor of it.
+ * descriptor of it; *@kept: one that exec keeps (not close-on-exec).
  */
-static bool sd_sock_held_elsewhere(struct sock *sk, bool *fds)
+static bool sd_sock_held_elsewhere(struct sock *sk, bool *fds, bool *kept)
 {
 	struct mm_struct *mm = current->mm;
 	struct vm_area_struct *vma;
@@ -125,6 +130,7 @@ static bool sd_sock_held_elsewhere(struct sock *sk, bool *fds)
 	int r;
 
 	*fds = false;
+	*kept = false;
 
 	/* As in sd_bridge_sock_closing(): a file is freed after a grace period. */
 	rcu_read_lock();
@@ -139,6 +145,11 @@ static bool sd_sock_held_elsewhere(struct sock *sk, bool *fds)
 	while ((r = iterate_fd(current->files, n, sd_fd_is, file)) > 0) {
 		own++;
 		n = r;
+		/* The table may be replaced meanwhile; RCU keeps the old. */
+		rcu_read_lock();
+		if (!close_on_exec(r - 1, files_fdtable(current->files)))
+			*kept = true;
+		rcu_read_unlock();
 	}
 	*fds = own > 1;
 	if (mm) {
@@ -180,7 +191,8 @@ static bool sd_bridge_wanted(struct sd_conn *conn, u8 side)
 
 /*
  * SD_IOC_RDMA_LEAVE: the bridge stopped at @at, nothing in flight, and its
- * process goes while another holds the socket.  SD_IOC_RDMA_HANDOVER
+ * process goes while another holds the socket, or execs while it holds it
+ * itself (SD_RDMA_LEAVE_EXEC: its new image takes it up).  SD_IOC_RDMA_HANDOVER
  * (@handover): the same while its process lives on but holds no
  * descriptor of the socket, for a process that waits to bridge it.  The
  * peer's monitor is told first, then the connection waits for the next
@@ -190,21 +202,25 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 			   bool handover)
 {
 	struct sd_conn *conn = b->conn;
+	struct sd_rdma_move to = *at;
+	bool held, fds, kept, exec;
 	struct sock *sk;
-	bool held, fds;
 	int err;
 
 	/* The ring positions are the successor's to check (libsd's rings). */
-	if (at->reserved || at->pad ||
+	if (at->reserved || at->how & ~SD_RDMA_LEAVE_EXEC ||
+	    (handover && at->how) ||
 	    at->flags & ~(SD_RDMA_MOVE_TX_FIN | SD_RDMA_MOVE_RX_FIN) ||
 	    at->took > at->sent)
 		return -EINVAL;
+	exec = at->how & SD_RDMA_LEAVE_EXEC;
+	to.how = 0;
 	sk = sd_bridge_sock(b);
 	if (!sk)
 		return -EPIPE;
-	held = sd_sock_held_elsewhere(sk, &fds);
+	held = sd_sock_held_elsewhere(sk, &fds, &kept);
 	sock_put(sk);
-	if (!held || (handover && fds))
+	if (exec ? !kept : !held || (handover && fds))
 		return -EBUSY;
 
 	spin_lock(&conn->lock);
@@ -230,14 +246,18 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	 * meanwhile still leaves its end to us, and our release tells
 	 * (after the LEAVE, which the peer's bridge needs first).
 	 */
-	err = sd_link_leave(conn->link, at);
+	err = sd_link_leave(conn->link, &to);
 	if (err)
 		return err;
 	spin_lock(&conn->lock);
 	b->left = true;
 	conn->left = true;
 	conn->moved = true;
-	conn->moved_at = *at;
+	conn->moved_at = to;
+	if (exec) {
+		put_pid(conn->heir);
+		conn->heir = get_pid(task_tgid(current));
+	}
 	spin_unlock(&conn->lock);
 	sd_stat_inc(b->net, SD_STAT_RDMA_MOVES);
 	return 0;
@@ -432,11 +452,14 @@ static const struct file_operations sd_bridge_fops = {
  *
  * Returns the new descriptor, -ENOTCONN when @sk is not an RDMA
  * connection, -EBUSY when its connection has a bridge already (or had
- * one), -EPIPE when it is closing.  Takes @sk's lock.
+ * one), or its last bridge left it to the next image of a process that
+ * still lives and is not the caller's, -EPIPE when it is closing.  Takes
+ * @sk's lock.
  */
 int sd_bridge_open(struct sock *sk)
 {
 	struct sd_sock *ss = sd_sk(sk);
+	struct pid *heir;
 	struct sd_conn *conn;
 	struct sd_bridge *b;
 	bool kick = false;
@@ -468,6 +491,10 @@ int sd_bridge_open(struct sock *sk)
 		}
 	} else if (conn->gone[ss->side] || READ_ONCE(conn->reset)) {
 		err = -EPIPE;
+	} else if (conn->heir && conn->heir != task_tgid(current) &&
+		   pid_has_task(conn->heir, PIDTYPE_TGID)) {
+		/* Left for the next image of a process that still lives. */
+		err = -EBUSY;
 	} else {
 		err = 0;
 	}
@@ -501,10 +528,13 @@ int sd_bridge_open(struct sock *sk)
 	conn->bridged = true;
 	conn->left = false;
 	conn->wanted = false;
+	heir = conn->heir;
+	conn->heir = NULL;
 	sd_ring_clear_flags(&conn->ring[ss->side], SD_RING_HDR_CONS,
 			    SD_RING_WANTED);
 	spin_unlock(&conn->lock);
 	release_sock(sk);
+	put_pid(heir);
 	return fd;
 
 out_put:

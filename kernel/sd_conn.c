@@ -786,6 +786,7 @@ void sd_conn_put(struct sd_conn *conn)
 		return;
 	if (conn->link)
 		sd_link_put(conn->link);
+	put_pid(conn->heir);
 	sd_ring_free(&conn->ring[0]);
 	sd_ring_free(&conn->ring[1]);
 	kfree(conn);

@@ -1393,7 +1393,7 @@ def test_a_bridge_leaves_for_a_successor(h):
     w = h.b.start("return recv('s', timeout=30)")
     assert h.a.err(f"leave('c', {move_at(10, 5, 7)!r})") == "EBUSY"
     for bad in (move_at(10, 5, 7, flags=4), move_at(10, 11, 7),
-                move_at(10, 5, 7, reserved=1), move_at(10, 5, 7, pad=1)):
+                move_at(10, 5, 7, reserved=1), move_at(10, 5, 7, pad=2)):
         assert h.a.err(f"leave('c', {bad!r})") == "EINVAL"
     assert h.a.err("resume('c')") == "ENOENT"
     assert h.a.err(f"move('c', {move_half()!r})") == "EINVAL"
@@ -1432,6 +1432,83 @@ def test_a_bridge_leaves_for_a_successor(h):
         pid, wr = S.pop('child')
         os.close(wr)
         os.waitpid(pid, 0)""")
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
+LEAVE_EXEC = 1      # SD_RDMA_LEAVE_EXEC, in struct sd_rdma_move's how (pad)
+
+
+def test_a_bridge_leaves_for_its_process_next_image(h):
+    """SD_RDMA_LEAVE_EXEC: the bridge's process is about to exec, and its
+    next image takes the connection up.  Refused (EBUSY) while the socket's
+    only descriptor is close-on-exec (exec would close it), whoever else
+    holds it; an unknown how, or how on a handover, is EINVAL.  With a
+    descriptor exec keeps, it leaves (counted as a move), the peer's
+    bridge reads where it stopped, the bridge's close resets nothing, and
+    the next bridge of the same process resumes from there (how not
+    kept)."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    h.b.call("bridge('s')")
+    da, db = Counters(A), Counters(B)
+    at = move_at(1000, 900, 2000, flags=1, pad=LEAVE_EXEC)
+    assert h.a.err(f"leave('c', {at!r})") == "EBUSY"      # Python's: cloexec
+    assert h.a.err(f"leave('c', {move_at(1000, 900, 2000, pad=2)!r})") == "EINVAL"
+    assert h.a.err(f"handover('c', {at!r})") == "EINVAL"
+    h.a.call("S['c'].set_inheritable(True)")
+    h.a.call(f"leave('c', {at!r})")
+    assert h.a.err(f"leave('c', {at!r})") == "EALREADY"
+    assert da().get("rdma_moves") == 1, da()
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    h.a.call("bridge_close('c')")
+    h.a.call("bridge('c')")
+    assert h.a.call("return resume('c')") == move_at(1000, 900, 2000, flags=1)
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
+def test_a_connection_left_for_an_exec_waits_for_that_process(h):
+    """A connection whose bridge left for its process's next image
+    (SD_RDMA_LEAVE_EXEC) is that process's to take up while it lives:
+    another process's SD_IOC_RDMA_BRIDGE is EBUSY (a child of vfork that
+    execs first must not take it), even once the old bridge's descriptor
+    is closed everywhere; once the process is gone, another takes it up
+    from where the bridge stopped.  Here a child of fork leaves through
+    its copy of the bridge's descriptor, so that the child is the process
+    that execs."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    h.b.call("bridge('s')")
+    da, db = Counters(A), Counters(B)
+    at = move_at(1000, 900, 2000, flags=1, pad=LEAVE_EXEC)
+    h.a.call("S['c'].set_inheritable(True)")
+    h.a.call(f"""
+        r, wr = os.pipe()
+        r2, wr2 = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(wr)
+            os.close(r2)
+            os.write(wr2, E(leave, 'c', {at!r}).encode() + b'.')
+            os.close(S['cb'])
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        os.close(wr2)
+        S['child'] = (pid, wr, r2)""")
+    assert h.a.call("return os.read(S['child'][2], 64).decode()") == "OK."
+    assert da().get("rdma_moves") == 1, da()
+    h.a.call("bridge_close('c')")
+    assert h.a.err("bridge('c')") == "EBUSY"
+    h.a.call("""
+        pid, wr, r2 = S.pop('child')
+        os.close(wr)
+        os.close(r2)
+        os.waitpid(pid, 0)""")
+    h.a.call("bridge('c')")
+    assert h.a.call("return resume('c')") == move_at(1000, 900, 2000, flags=1)
     assert "rdma_resets" not in da(), da()
     assert "rdma_resets" not in db(), db()
 

@@ -170,6 +170,14 @@ struct sd_rdma_half {
  * peer with SD_IOC_RDMA_MOVE.  Until then the connection is carried by
  * nobody; if the socket closes meanwhile, the connection ends there.
  *
+ * With SD_RDMA_LEAVE_EXEC in how, the bridge's process is about to exec
+ * and its new image takes the connection up: allowed while the caller
+ * holds a descriptor of the socket that exec keeps (not close-on-exec;
+ * EBUSY otherwise), whoever else holds it.  If the exec fails, the old
+ * image takes it up again.  Until a bridge of that process takes it up,
+ * SD_IOC_RDMA_BRIDGE in any other process is EBUSY while that process
+ * lives (a child of vfork that execs first, say).
+ *
  * SD_IOC_RDMA_HANDOVER: as SD_IOC_RDMA_LEAVE, for a bridge whose process
  * lives on but let go of the socket (the parent of a forking server that
  * closed its copy): allowed only while the caller's process holds no
@@ -196,11 +204,13 @@ struct sd_rdma_move {
 	__u64 tx_head;	/* the send ring's, as its consumer */
 	__u64 rx_tail;	/* the receive ring's, as its producer */
 	__u32 tx_rec_off;	/* bytes taken of the record at tx_head */
-	__u32 pad;	/* 0 */
+	__u32 how;	/* SD_RDMA_LEAVE_* (LEAVE only; else 0) */
 };
 
 #define SD_RDMA_MOVE_TX_FIN	(1U << 0)	/* this end's end of stream went */
 #define SD_RDMA_MOVE_RX_FIN	(1U << 1)	/* the peer's is in the ring */
+/* how: the caller's process execs next; its new image takes it up. */
+#define SD_RDMA_LEAVE_EXEC	(1U << 0)
 
 struct sd_rdma_moved {
 	struct sd_rdma_move	at;	/* where the other bridge stopped */
