@@ -24,3 +24,5 @@
 {
 	return false;
 }
+
+[[gnu::weak]] void sd_exec_failed() noexcept {}

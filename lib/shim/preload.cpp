@@ -391,6 +391,137 @@ extern "C" void _exit(int status)
 	__builtin_unreachable();
 }
 
+// exec: the hook (rdma.cpp) hands the process's RDMA connections that exec
+// keeps to its new image, and never handles the call: the call is made
+// here once the guard is down again, because a child of vfork runs on its
+// parent's thread (its stack, its thread-local guard) and an exec that
+// succeeds never returns to lower it.  If the exec fails, sd_exec_failed()
+// takes the connections back.  execl, execle and execlp build the
+// argument vector and go through execv, execve and execvp.
+template <typename Exec> int exec_hooked(bool hooked, Exec exec) noexcept
+{
+	const int r = exec();
+	if (hooked) {
+		const int saved = errno;
+		{
+			Inside in_;
+			sd_exec_failed();
+		}
+		errno = saved;
+	}
+	return r;
+}
+
+extern "C" int execve(const char *path, char *const argv[], char *const envp[]) noexcept
+{
+	int r = -1;
+	const bool hooked = !inside;
+
+	if (hooked)
+		(void)SD_ASK(execve, r, (path, argv, envp));
+	return exec_hooked(hooked, [&]() noexcept { return real::execve()(path, argv, envp); });
+}
+
+extern "C" int execv(const char *path, char *const argv[]) noexcept
+{
+	int r = -1;
+	const bool hooked = !inside;
+
+	if (hooked)
+		(void)SD_ASK(execv, r, (path, argv));
+	return exec_hooked(hooked, [&]() noexcept { return real::execv()(path, argv); });
+}
+
+extern "C" int execvp(const char *file, char *const argv[]) noexcept
+{
+	int r = -1;
+	const bool hooked = !inside;
+
+	if (hooked)
+		(void)SD_ASK(execvp, r, (file, argv));
+	return exec_hooked(hooked, [&]() noexcept { return real::execvp()(file, argv); });
+}
+
+extern "C" int execvpe(const char *file, char *const argv[], char *const envp[]) noexcept
+{
+	int r = -1;
+	const bool hooked = !inside;
+
+	if (hooked)
+		(void)SD_ASK(execvpe, r, (file, argv, envp));
+	return exec_hooked(hooked, [&]() noexcept { return real::execvpe()(file, argv, envp); });
+}
+
+extern "C" int fexecve(int fd, char *const argv[], char *const envp[]) noexcept
+{
+	int r = -1;
+	const bool hooked = !inside;
+
+	if (hooked)
+		(void)SD_ASK(fexecve, r, (fd, argv, envp));
+	return exec_hooked(hooked, [&]() noexcept { return real::fexecve()(fd, argv, envp); });
+}
+
+namespace {
+
+// The arguments of an execl-style call, arg and the rest up to the null
+// one, into argv (n + 1 slots); then the pointer after it (execle's
+// environment).
+template <typename Exec> int exec_list(const char *arg, va_list ap, bool env, Exec exec) noexcept
+{
+	va_list count;
+	va_copy(count, ap);
+	std::size_t n = 1;
+	while (arg && va_arg(count, const char *))
+		n++;
+	va_end(count);
+	if (n > 1U << 20) {
+		errno = E2BIG;
+		return -1;
+	}
+	// On the stack, as glibc's own execl: there is no return to free it.
+	char **argv = static_cast<char **>(__builtin_alloca((n + 1) * sizeof(char *)));
+	argv[0] = const_cast<char *>(arg);
+	for (std::size_t i = 1; arg && i <= n; i++)
+		argv[i] = va_arg(ap, char *);
+	argv[arg ? n : 0] = nullptr;
+	char *const *envp = env ? va_arg(ap, char *const *) : nullptr;
+	return exec(argv, envp);
+}
+
+} // namespace
+
+extern "C" int execl(const char *path, const char *arg, ...) noexcept
+{
+	va_list ap;
+	va_start(ap, arg);
+	const int r = exec_list(arg, ap, false,
+				[&](char **argv, char *const *) noexcept { return execv(path, argv); });
+	va_end(ap);
+	return r;
+}
+
+extern "C" int execle(const char *path, const char *arg, ...) noexcept
+{
+	va_list ap;
+	va_start(ap, arg);
+	const int r = exec_list(arg, ap, true, [&](char **argv, char *const *envp) noexcept {
+		return execve(path, argv, envp);
+	});
+	va_end(ap);
+	return r;
+}
+
+extern "C" int execlp(const char *file, const char *arg, ...) noexcept
+{
+	va_list ap;
+	va_start(ap, arg);
+	const int r = exec_list(arg, ap, false,
+				[&](char **argv, char *const *) noexcept { return execvp(file, argv); });
+	va_end(ap);
+	return r;
+}
+
 // Connection setup and options (the rest are generated).
 
 // Linux refuses SOL_SOCKET/SO_REUSEPORT on AF_SD sockets (EOPNOTSUPP)

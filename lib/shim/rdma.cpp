@@ -153,6 +153,7 @@ struct Link {
 	bool leaving = false;		// exit: stop, let the writes complete, leave
 	bool leave_tried = false;
 	bool handing = false;		// the same to hand over (SD_IOC_RDMA_HANDOVER)
+	bool execing = false;		// the same for the process's next image
 	std::int64_t handover_at = 0;	// the last look at that
 	std::int64_t moving_since = 0;
 
@@ -181,6 +182,9 @@ struct Hub {
 	} orphans[MAX_ORPHANS] = {};
 	unsigned n_orphans = 0;
 	std::atomic<bool> exiting{false};
+	bool ask_now = false;		// a new image's orphans: no wait for an exec
+	bool execing = false;		// the process execs: no orphan taken up
+	pid_t pid = 0;			// whose hub this is (a vfork child's is not)
 	std::atomic<bool> last{false};	// the thread outlived the program's
 	// Slots: set under lock by the hooks, taken by the thread.
 	Link *slots[MAX_LINKS] = {};
@@ -1053,22 +1057,32 @@ bool step_moving(Link *l, bool *done) noexcept
 	return moved;
 }
 
-// This process exits, and the socket of link l may be another's too (a
-// child of fork): once nothing of ours is in flight, the bridge leaves if
-// the module says so, for the child's to take over; otherwise it ends the
-// connection as usual.  With handover, the process lives on but the
-// program let go of the socket, which a process that would bridge it
-// holds: the bridge hands it over if the module agrees (SD_IOC_RDMA_HANDOVER),
-// and otherwise carries on.
-bool try_leave(Link *l, bool *done, bool handover) noexcept
+// Why a bridge leaves (try_leave()).
+enum class Leave {
+	EXIT,		// the process exits; the socket may be another's too
+	HANDOVER,	// the program let go of it, another process asks for it
+	EXEC,		// the process execs, keeping it: its next image takes it up
+};
+
+// Link l's bridge leaves, if the module agrees: once nothing of ours is
+// in flight, it says where it stopped (SD_IOC_RDMA_LEAVE, or
+// SD_IOC_RDMA_HANDOVER) and is done.  Refused, it goes on: at exit it
+// ends the connection as usual; a handover is tried again later.
+bool try_leave(Link *l, bool *done, Leave why) noexcept
 {
-	if (!handover && l->leave_tried)
+	if (why == Leave::EXIT && l->leave_tried)
+		return false;
+	// Still taking the connection up (the peer's half, or a successor's
+	// first write from the peer, is on its way): an exit or an exec waits
+	// for that, then leaves; what it says then holds.
+	if (why != Leave::HANDOVER && (l->state == State::WAIT_PEER || l->hold) &&
+	    !sock_closed(l) && !peer_closed(l))
 		return false;
 	// Not moving: nothing holds the socket any more, the peer went, or
 	// its end is moving already (both ends at once would not meet).
 	if (l->state != State::RUN || l->hold || sock_closed(l) || peer_closed(l)) {
-		l->leaving = l->handing = false;
-		l->leave_tried |= !handover;
+		l->leaving = l->handing = l->execing = false;
+		l->leave_tried |= why == Leave::EXIT;
 		return false;
 	}
 	l->leaving = true;
@@ -1080,13 +1094,15 @@ bool try_leave(Link *l, bool *done, bool handover) noexcept
 	at.copied = l->copied;
 	at.flags = (l->tx_done ? SD_RDMA_MOVE_TX_FIN : 0) |
 		   (l->rx_done ? SD_RDMA_MOVE_RX_FIN : 0);
+	at.how = why == Leave::EXEC ? SD_RDMA_LEAVE_EXEC : 0;
 	l->cons().flush();
 	at.tx_head = l->cons().head();
 	at.tx_rec_off = l->cons().rec_off();
 	at.rx_tail = l->prod().tail();
-	l->leave_tried |= !handover;
-	l->leaving = l->handing = false;
-	if (real::ioctl()(l->bfd, handover ? SD_IOC_RDMA_HANDOVER : SD_IOC_RDMA_LEAVE, &at) == 0)
+	l->leave_tried |= why == Leave::EXIT;
+	l->leaving = l->handing = l->execing = false;
+	if (real::ioctl()(l->bfd, why == Leave::HANDOVER ? SD_IOC_RDMA_HANDOVER : SD_IOC_RDMA_LEAVE,
+			  &at) == 0)
 		*done = true;	// closing its descriptor does not reset now
 	return true;
 }
@@ -1099,7 +1115,7 @@ bool try_leave(Link *l, bool *done, bool handover) noexcept
 // child stopped asking), only every second.
 bool want_handover(Link *l) noexcept
 {
-	if (l->sfd >= 0 || l->state != State::RUN || l->hold || l->leaving ||
+	if (l->sfd >= 0 || l->state != State::RUN || l->hold || l->leaving || l->execing ||
 	    !(__atomic_load_n(l->tx_cons_flags, __ATOMIC_ACQUIRE) & SD_RING_WANTED))
 		return false;
 	const std::int64_t now = fast::now_ns();
@@ -1141,13 +1157,18 @@ bool step(Link *l, bool *done) noexcept
 		if (l->hold ? peer_closed(l) : (peer_dropped(l) || peer_lost_fin(l, &moved)))
 			fail(l);
 	}
+	if (l->execing && !l->failed) {
+		moved |= try_leave(l, done, Leave::EXEC);
+		if (*done)
+			return true;
+	}
 	if (hub.exiting.load(std::memory_order_relaxed) && !l->failed) {
-		moved |= try_leave(l, done, false);
+		moved |= try_leave(l, done, Leave::EXIT);
 		if (*done)
 			return true;
 	} else if (!l->failed && (l->handing || want_handover(l))) {
 		l->handing = true;
-		moved |= try_leave(l, done, true);
+		moved |= try_leave(l, done, Leave::HANDOVER);
 		if (*done)
 			return true;
 	}
@@ -1451,6 +1472,9 @@ Adopt adopt(int fd) noexcept
 bool adopt_orphans(unsigned first = 0, unsigned last = ~0U) noexcept
 {
 	bool moved = false;
+	// The next image takes them up: a bridge made now would end with the exec.
+	if (hub.execing)
+		return false;
 	for (unsigned i = 0; i < hub.n_orphans;) {
 		const int fd = orphan_fd(hub.orphans[i]);
 		const bool in = fd < 0 || (static_cast<unsigned>(fd) >= first &&
@@ -1465,6 +1489,36 @@ bool adopt_orphans(unsigned first = 0, unsigned last = ~0U) noexcept
 	return moved;
 }
 
+// The RDMA connections among this process's descriptors that no bridge of
+// ours carries, as orphans: those of a new image after exec (its old one
+// left them to it, or its parent's bridge carries them) or of one whose
+// exec failed.  The thread takes them up once their bridge left, and asks
+// for them meanwhile (a parent that closed its copy hands them over).
+// Under hub.lock.
+void find_inherited() noexcept
+{
+	if (const char *e = getenv("SD_RDMA"); e && !strcmp(e, "0"))
+		return;
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	while (const dirent *e = readdir(d)) {
+		const int fd = atoi(e->d_name);
+		struct stat st;
+		if (e->d_name[0] == '.' || fd == dirfd(d) || fstat(fd, &st) ||
+		    !S_ISSOCK(st.st_mode) || transport(fd) != SD_TRANSPORT_RDMA ||
+		    (static_cast<unsigned>(fd) < fast::MAX_CONNS &&
+		     link_of[fd].load(std::memory_order_relaxed)))
+			continue;
+		bool known = false;
+		for (unsigned i = 0; i < hub.n_orphans && !known; i++)
+			known = hub.orphans[i].ino == st.st_ino;
+		if (!known && hub.n_orphans < MAX_ORPHANS)
+			hub.orphans[hub.n_orphans++] = {fd, st.st_ino};
+	}
+	closedir(d);
+}
+
 // The bridge thread.  It ends once the process had no RDMA connection
 // for a while (the next one starts it again).  If it outlives the
 // program's threads (main ended with pthread_exit while connections were
@@ -1476,7 +1530,7 @@ void *bridge_main(void *) noexcept
 	// after the fork: one that execs at once (a program without libsd,
 	// maybe) never asks, so its parent's bridge does not hand them over.
 	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0,
-		     looked = fast::now_ns();
+		     looked = hub.ask_now ? 0 : fast::now_ns();
 
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
@@ -1542,6 +1596,31 @@ void *bridge_main(void *) noexcept
 
 // ---- exit and fork ---------------------------------------------------------
 
+// Wait until done() (tried under hub.lock) says the bridge thread did
+// what it was asked, for as long as it makes progress: it gives up after
+// EXIT_STALL_NS without any.
+template <typename Done> void wait_for_bridge(Done done) noexcept
+{
+	std::uint64_t seen = hub.progress.load(std::memory_order_relaxed);
+	std::int64_t since = fast::now_ns();
+	for (;;) {
+		pthread_mutex_lock(&hub.lock);
+		const bool all = done();
+		pthread_mutex_unlock(&hub.lock);
+		if (all)
+			return;
+		const std::uint64_t now = hub.progress.load(std::memory_order_relaxed);
+		if (now != seen) {
+			seen = now;
+			since = fast::now_ns();
+		} else if (fast::now_ns() - since > EXIT_STALL_NS) {
+			return;
+		}
+		const timespec ts = {0, 1'000'000};
+		nanosleep(&ts, nullptr);
+	}
+}
+
 // A process that exits carries out what it sent and its end of stream
 // before it goes, for as long as that makes progress.
 void drain() noexcept
@@ -1551,24 +1630,9 @@ void drain() noexcept
 		return;
 	hub.exiting.store(true, std::memory_order_relaxed);
 	kick();
-	std::uint64_t seen = hub.progress.load(std::memory_order_relaxed);
-	std::int64_t since = fast::now_ns();
-	while (fast::rdma_links.load(std::memory_order_relaxed)) {
-		pthread_mutex_lock(&hub.lock);
-		const bool all = drained_locked();
-		pthread_mutex_unlock(&hub.lock);
-		if (all)
-			break;
-		const std::uint64_t now = hub.progress.load(std::memory_order_relaxed);
-		if (now != seen) {
-			seen = now;
-			since = fast::now_ns();
-		} else if (fast::now_ns() - since > EXIT_STALL_NS) {
-			break;
-		}
-		const timespec ts = {0, 1'000'000};
-		nanosleep(&ts, nullptr);
-	}
+	wait_for_bridge([]() noexcept {
+		return !fast::rdma_links.load(std::memory_order_relaxed) || drained_locked();
+	});
 }
 
 // The child of fork has no bridge thread and may not use its parent's
@@ -1615,6 +1679,9 @@ void after_fork_child() noexcept
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	hub.lock = fresh;
 	hub.exiting.store(false, std::memory_order_relaxed);
+	hub.ask_now = false;
+	hub.execing = false;
+	hub.pid = getpid();
 	// Its parent's connections are its own too: it watches for their
 	// bridge to leave (the parent exits), and takes them up.
 	if (hub.n_orphans)
@@ -1639,6 +1706,72 @@ void after_fork_parent() noexcept
 [[gnu::constructor]] void rdma_init()
 {
 	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+	hub.pid = getpid();
+	// A new image takes up the connections exec kept, as a child of
+	// fork does its parent's; it asks at once (it is the program now).
+	pthread_mutex_lock(&hub.lock);
+	find_inherited();
+	if (hub.n_orphans) {
+		hub.ask_now = true;
+		thread_start();
+	}
+	pthread_mutex_unlock(&hub.lock);
+}
+
+// The process execs: each RDMA connection's bridge leaves for the next
+// image (SD_RDMA_LEAVE_EXEC), which the module allows for those exec
+// keeps (a descriptor without close-on-exec); the others stay, and exec
+// ends them as before (the socket closes with the bridge's descriptor).
+// Waits for the bridge thread to have tried each, as exit waits for it.
+void before_exec() noexcept
+{
+	// A child of vfork shares its parent's memory, hub and all, but not
+	// its connections' bridges: its exec leaves them to the parent.
+	if (getpid() != hub.pid)
+		return;
+	bool any = false;
+	// Also after a take-up in progress (the thread holds the lock), and
+	// none from now on.
+	pthread_mutex_lock(&hub.lock);
+	hub.execing = true;
+	for (unsigned i = 0; i < MAX_LINKS; i++) {
+		Link *l = hub.slots[i];
+		if (l && l->started && !l->failed) {
+			l->execing = true;
+			any = true;
+		}
+	}
+	pthread_mutex_unlock(&hub.lock);
+	if (!any)
+		return;
+	kick();
+	wait_for_bridge([]() noexcept {
+		for (unsigned i = 0; i < MAX_LINKS; i++)
+			if (hub.slots[i] && hub.slots[i]->execing)
+				return false;
+		return true;
+	});
+}
+
+// The exec failed: this image goes on, and takes up again what its
+// bridges left for the next.
+void after_exec_failed() noexcept
+{
+	if (getpid() != hub.pid)
+		return;
+	pthread_mutex_lock(&hub.lock);
+	hub.execing = false;
+	for (unsigned i = 0; i < MAX_LINKS; i++)
+		if (hub.slots[i])
+			hub.slots[i]->execing = false;
+	const unsigned had = hub.n_orphans;
+	find_inherited();
+	if (hub.n_orphans != had) {
+		adopt_orphans();
+		if (hub.n_orphans)
+			thread_start();
+	}
+	pthread_mutex_unlock(&hub.lock);
 }
 
 // Set up the bridge of RDMA connection fd, just connected, from link l,
@@ -1773,6 +1906,42 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 	errno = saved;
 	pthread_mutex_unlock(&hub.lock);
 	return done;
+}
+
+// exec, in all its forms: the shim makes the call (hooks.hpp).
+bool sd_hook_execve(const char *, char *const[], char *const[], int *) noexcept
+{
+	before_exec();
+	return false;
+}
+
+bool sd_hook_execv(const char *, char *const[], int *) noexcept
+{
+	before_exec();
+	return false;
+}
+
+bool sd_hook_execvp(const char *, char *const[], int *) noexcept
+{
+	before_exec();
+	return false;
+}
+
+bool sd_hook_execvpe(const char *, char *const[], char *const[], int *) noexcept
+{
+	before_exec();
+	return false;
+}
+
+bool sd_hook_fexecve(int, char *const[], char *const[], int *) noexcept
+{
+	before_exec();
+	return false;
+}
+
+void sd_exec_failed() noexcept
+{
+	after_exec_failed();
 }
 
 // _exit: no destructor runs, so drain here.

@@ -464,18 +464,9 @@ def test_program_ends_with_a_connection_open(peer, settings, how):
 XHOST = str(TOP / "tests" / "integration" / "xhost.py")
 
 
-def test_forked_child_takes_up_the_connection(peer, settings):
-    """The client under sdrun forks and exits at once while its child holds
-    the RDMA connection, most of the server's answer still on its way (the
-    xhost scenario parent_exits_child_carries_on).  The parent's bridge
-    leaves (counted as rdma_moves), the child's takes the connection up
-    from where it stopped, the server's bridge sends again what the parent
-    had not taken, and every byte arrives both ways, with no reset on
-    either host."""
-    port = APP_PORT + 5
-    name = "parent_exits_child_carries_on"
-    rendezvous_with(peer)
-    before, pbefore = stats(), stats(peer)
+def run_scenario(peer, name, port):
+    """The xhost scenario's server half under sdrun on B and its client
+    half under sdrun here: both transcripts' rows, with no check failed."""
     srv = peer.spawn([SDRUN, sys.executable, XHOST, "server", name, str(port)])
     try:
         assert srv.readline() == "ready", srv.stderr
@@ -490,6 +481,20 @@ def test_forked_child_takes_up_the_connection(peer, settings):
         srv.kill()
     rows = json.loads(line) + json.loads(out.stdout)
     assert [r for r in rows if r[1] is False] == [], rows
+    return rows
+
+
+def test_forked_child_takes_up_the_connection(peer, settings):
+    """The client under sdrun forks and exits at once while its child holds
+    the RDMA connection, most of the server's answer still on its way (the
+    xhost scenario parent_exits_child_carries_on).  The parent's bridge
+    leaves (counted as rdma_moves), the child's takes the connection up
+    from where it stopped, the server's bridge sends again what the parent
+    had not taken, and every byte arrives both ways, with no reset on
+    either host."""
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    rows = run_scenario(peer, "parent_exits_child_carries_on", APP_PORT + 5)
     assert ["last", {"bytes": 6, "crc": zlib.crc32(b"thanks")}] in rows, rows
     assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
     assert_rdma_without_resets(peer, before, pbefore, 1)
@@ -503,26 +508,108 @@ def test_child_takes_up_the_connection_its_living_parent_closed(peer, settings):
     for the connection, the parent's bridge hands it over (counted as
     rdma_moves) and the child's carries it: every byte arrives both ways,
     with no reset on either host."""
-    port = APP_PORT + 10
-    name = "parent_lives_child_carries_on"
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
+    rows = run_scenario(peer, "parent_lives_child_carries_on", APP_PORT + 10)
+    assert ["child", 0] in rows, rows
+    assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
+EXEC_CLIENT = """
+import os, socket, subprocess, sys, time
+sys.path.insert(0, {here!r})
+from xhost import ANSWER, pattern, recv_all, recv_exact
+
+
+def rest(s, got=100000):
+    # The rest of the answer, 1 MiB back, the last word.
+    rest = recv_exact(s, ANSWER - got)
+    s.sendall(pattern(1 << 20, 10))
+    s.shutdown(socket.SHUT_WR)
+    ok = rest == pattern(ANSWER, 9)[got:] and recv_all(s) == b"thanks"
+    s.close()
+    sys.exit(0 if ok else 1)
+
+
+if sys.argv[1] == "next":
+    rest(socket.socket(fileno=int(sys.argv[2])), int(sys.argv[3]))
+s = socket.create_connection((sys.argv[2], int(sys.argv[3])))
+s.sendall(pattern(100000, 8))
+assert recv_exact(s, 100000) == pattern(ANSWER, 9)[:100000]
+if sys.argv[1] == "spawn":
+    # Children (Python's subprocess: fork and exec) that run a program and
+    # exit, one keeping the socket, one closing everything first.
+    for close in (False, True):
+        subprocess.run([sys.executable, "-c", "pass"], check=True,
+                       close_fds=close, pass_fds=() if close else (s.fileno(),))
+    rest(s)
+s.set_inheritable(True)
+if sys.argv[1] == "failed":
+    # An exec that fails: this image takes the connection back.
+    try:
+        os.execv("/nonexistent/program", ["program"])
+    except FileNotFoundError:
+        rest(s)
+    sys.exit(1)
+if sys.argv[1] == "vfork":
+    # sd_vfork runs true in a child of vfork, reads 1 MiB of the answer
+    # itself, and execs the next image.
+    fd = str(s.fileno())
+    os.execv({vfork!r}, [{vfork!r}, "/bin/true", fd, str(1 << 20), "--",
+                         sys.executable, __file__, "next", fd, str(100000 + (1 << 20))])
+if sys.argv[1] == "fork":
+    pid = os.fork()
+    if pid:
+        s.close()
+        _, st = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(st))
+    time.sleep(0.5)     # its parent's bridge hands the connection over
+os.execv(sys.executable, [sys.executable, __file__, "next", str(s.fileno()), "100000"])
+"""
+
+
+@pytest.mark.parametrize("how", ["exec", "failed", "fork", "spawn", "vfork"])
+def test_next_image_takes_up_the_connection(peer, settings, tmp_path, how):
+    """The client under sdrun execs, most of the server's answer still on
+    its way, and its next image (under sdrun too) carries the connection on
+    from the descriptor exec kept: it reads the rest, sends 1 MiB and reads
+    the server's last word.  exec: the process that made the connection
+    execs (its bridge leaves for the next image: one move).  failed: its
+    exec fails, and the same image takes the connection back (one move).
+    fork: its
+    child, half a second after its parent closed its copy (the parent's
+    bridge hands it over), execs (a second move).  spawn: the process runs
+    two short programs through Python's subprocess (fork and exec; one
+    child keeping the socket, one closing everything) and carries on
+    itself: no move.  vfork: it execs sd_vfork (a move), which runs true
+    in a child of vfork (the child's exec leaves the bridge to its parent:
+    no move), reads 1 MiB more itself (its bridge carries it) and execs the
+    next image (a second move).  Every byte is checked, and neither host
+    counts a reset."""
+    port = APP_PORT + {"exec": 11, "fork": 12, "spawn": 13, "vfork": 14, "failed": 15}[how]
+    script = tmp_path / "exec_client.py"
+    script.write_text(EXEC_CLIENT.format(here=str(TOP / "tests" / "integration"),
+                                         vfork=str(TOP / "build" / "user" / "tests" /
+                                                   "progs" / "sd_vfork")))
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    name = "parent_exits_child_carries_on"
     srv = peer.spawn([SDRUN, sys.executable, XHOST, "server", name, str(port)])
     try:
         assert srv.readline() == "ready", srv.stderr
-        out = subprocess.run([SDRUN, sys.executable, XHOST, "client", name,
-                              peer.remote, str(port)], capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run([SDRUN, sys.executable, str(script), how, peer.remote,
+                              str(port)], capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         line = srv.readline(300)
         assert line is not None, srv.stderr
         assert srv.wait(60) == 0, srv.stderr
     finally:
         srv.kill()
-    rows = json.loads(line) + json.loads(out.stdout)
-    assert [r for r in rows if r[1] is False] == [], rows
-    assert ["child", 0] in rows, rows
-    assert delta(before, stats()).get("rdma_moves") == 1, delta(before, stats())
+    rows = json.loads(line)
+    assert [r for r in rows if r[1] is not True] == [], rows
+    moves = {"exec": 1, "failed": 1, "fork": 2, "spawn": None, "vfork": 2}[how]
+    assert delta(before, stats()).get("rdma_moves") == moves, delta(before, stats())
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
