@@ -398,9 +398,14 @@ extern "C" void _exit(int status)
 // succeeds never returns to lower it.  If the exec fails, sd_exec_failed()
 // takes the connections back.  execl, execle and execlp build the
 // argument vector and go through execv, execve and execvp.
-template <typename Exec> int exec_hooked(bool hooked, Exec exec) noexcept
+template <typename Ask, typename Exec> int exec_hooked(Ask ask, Exec exec) noexcept
 {
-	const int r = exec();
+	const bool hooked = !inside;
+	int r = -1;
+
+	if (hooked)
+		(void)ask(r);
+	r = exec();
 	if (hooked) {
 		const int saved = errno;
 		{
@@ -414,52 +419,32 @@ template <typename Exec> int exec_hooked(bool hooked, Exec exec) noexcept
 
 extern "C" int execve(const char *path, char *const argv[], char *const envp[]) noexcept
 {
-	int r = -1;
-	const bool hooked = !inside;
-
-	if (hooked)
-		(void)SD_ASK(execve, r, (path, argv, envp));
-	return exec_hooked(hooked, [&]() noexcept { return real::execve()(path, argv, envp); });
+	return exec_hooked([&](int &r) { return SD_ASK(execve, r, (path, argv, envp)); },
+			   [&]() noexcept { return real::execve()(path, argv, envp); });
 }
 
 extern "C" int execv(const char *path, char *const argv[]) noexcept
 {
-	int r = -1;
-	const bool hooked = !inside;
-
-	if (hooked)
-		(void)SD_ASK(execv, r, (path, argv));
-	return exec_hooked(hooked, [&]() noexcept { return real::execv()(path, argv); });
+	return exec_hooked([&](int &r) { return SD_ASK(execv, r, (path, argv)); },
+			   [&]() noexcept { return real::execv()(path, argv); });
 }
 
 extern "C" int execvp(const char *file, char *const argv[]) noexcept
 {
-	int r = -1;
-	const bool hooked = !inside;
-
-	if (hooked)
-		(void)SD_ASK(execvp, r, (file, argv));
-	return exec_hooked(hooked, [&]() noexcept { return real::execvp()(file, argv); });
+	return exec_hooked([&](int &r) { return SD_ASK(execvp, r, (file, argv)); },
+			   [&]() noexcept { return real::execvp()(file, argv); });
 }
 
 extern "C" int execvpe(const char *file, char *const argv[], char *const envp[]) noexcept
 {
-	int r = -1;
-	const bool hooked = !inside;
-
-	if (hooked)
-		(void)SD_ASK(execvpe, r, (file, argv, envp));
-	return exec_hooked(hooked, [&]() noexcept { return real::execvpe()(file, argv, envp); });
+	return exec_hooked([&](int &r) { return SD_ASK(execvpe, r, (file, argv, envp)); },
+			   [&]() noexcept { return real::execvpe()(file, argv, envp); });
 }
 
 extern "C" int fexecve(int fd, char *const argv[], char *const envp[]) noexcept
 {
-	int r = -1;
-	const bool hooked = !inside;
-
-	if (hooked)
-		(void)SD_ASK(fexecve, r, (fd, argv, envp));
-	return exec_hooked(hooked, [&]() noexcept { return real::fexecve()(fd, argv, envp); });
+	return exec_hooked([&](int &r) { return SD_ASK(fexecve, r, (fd, argv, envp)); },
+			   [&]() noexcept { return real::fexecve()(fd, argv, envp); });
 }
 
 namespace {

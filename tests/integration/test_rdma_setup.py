@@ -351,13 +351,14 @@ def asker(name):
     """A child of fork that holds S[name] and, for each byte on its pipe,
     asks for its bridge once (b"a"; it answers with the errno name, or the
     positions SD_IOC_RDMA_RESUME gave and its send ring's consumer flags
-    once it has it) or exits (b"x"): as S[name + "k"] = (pid, w, r)."""
+    once it has it) or exits (b"x", or the end of its pipe: the agent
+    went): as S[name + "k"] = (pid, w, r).  Not PR_SET_PDEATHSIG: that
+    fires when the forking thread ends, and each call has a thread."""
     cmd_r, cmd_w = os.pipe()
     ans_r, ans_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            libc.prctl(1, 9)            # PR_SET_PDEATHSIG, SIGKILL
             os.close(cmd_w)
             os.close(ans_r)
             os.close(S[name + "b"])     # as libsd's child does
