@@ -1378,6 +1378,16 @@ def move_half():
     return os.urandom(56) + bytes(24)
 
 
+def leave_once(h, da, at):
+    """A's bridge of c leaves at at (1000, 900, 2000, TX_FIN), once:
+    counted as a move, and B's bridge of s reads where it stopped."""
+    h.a.call(f"leave('c', {at!r})")
+    assert h.a.err(f"leave('c', {at!r})") == "EALREADY"
+    assert da().get("rdma_moves") == 1, da()
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+
+
 def test_a_bridge_leaves_for_a_successor(h):
     """A bridge whose process holds the socket alone may not leave (EBUSY:
     it ends the connection itself); bad positions are EINVAL; the first
@@ -1410,11 +1420,7 @@ def test_a_bridge_leaves_for_a_successor(h):
         os.close(r)
         S['child'] = (pid, wr)""")
     at = move_at(1000, 900, 2000, flags=1)
-    h.a.call(f"leave('c', {at!r})")
-    assert h.a.err(f"leave('c', {at!r})") == "EALREADY"
-    assert da().get("rdma_moves") == 1, da()
-    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
-    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    leave_once(h, da, at)
     h.a.call("bridge_close('c')")
     time.sleep(1)
     assert not w.done(), w.reply
@@ -1458,11 +1464,7 @@ def test_a_bridge_leaves_for_its_process_next_image(h):
     assert h.a.err(f"leave('c', {move_at(1000, 900, 2000, pad=2)!r})") == "EINVAL"
     assert h.a.err(f"handover('c', {at!r})") == "EINVAL"
     h.a.call("S['c'].set_inheritable(True)")
-    h.a.call(f"leave('c', {at!r})")
-    assert h.a.err(f"leave('c', {at!r})") == "EALREADY"
-    assert da().get("rdma_moves") == 1, da()
-    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
-    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    leave_once(h, da, at)
     h.a.call("bridge_close('c')")
     h.a.call("bridge('c')")
     assert h.a.call("return resume('c')") == move_at(1000, 900, 2000, flags=1)
