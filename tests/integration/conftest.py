@@ -1,6 +1,7 @@
 """Shared fixtures of the integration suite, which runs inside the test VM
 (tests/vm/run) with af_sd.ko loaded."""
 import contextlib
+import ctypes
 import json
 import os
 import pathlib
@@ -85,9 +86,50 @@ def kernel_log():
     return subprocess.run(["dmesg"], capture_output=True, text=True).stdout
 
 
-def protocol_sockets(name="AF_SD"):
-    """The 'sockets' column of /proc/net/protocols for a protocol."""
-    for line in pathlib.Path("/proc/net/protocols").read_text().splitlines():
+class KernelLog:
+    """The kernel log's records from now on, read from /dev/kmsg: no dmesg
+    process per test, which costs about a second on the debug kernel."""
+
+    def __init__(self):
+        self.fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK |
+                          os.O_CLOEXEC)
+        os.lseek(self.fd, 0, os.SEEK_END)
+
+    def new(self):
+        """The records logged since the last call, as dmesg prints them."""
+        lines = []
+        while True:
+            try:
+                rec = os.read(self.fd, 8192)
+            except BlockingIOError:
+                return lines
+            except BrokenPipeError:
+                # Records were overwritten before we read them (the
+                # harness still reads the whole log from the console).
+                lines.append("kernel log: records lost (kmsg overrun)")
+                continue
+            head, _, text = rec.decode(errors="replace").partition(";")
+            fields = head.split(",")
+            usec = int(fields[2]) if len(fields) > 2 else 0
+            # A record's message is its first line; " KEY=VALUE" lines
+            # after it are dictionary entries.
+            lines.append(f"[{usec / 1e6:12.6f}] {text.split(chr(10))[0]}")
+
+    def close(self):
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="session")
+def kmsg():
+    log = KernelLog()
+    yield log
+    log.close()
+
+
+def protocol_sockets(name="AF_SD", proc="/proc/net"):
+    """The 'sockets' column of /proc/net/protocols for a protocol (of
+    the calling thread's namespace with proc="/proc/thread-self/net")."""
+    for line in pathlib.Path(proc, "protocols").read_text().splitlines():
         fields = line.split()
         if fields and fields[0] == name:
             return int(fields[2])
@@ -105,12 +147,12 @@ def wait_for(pred, timeout=5.0):
 
 
 @pytest.fixture(autouse=True)
-def clean_kernel_log(request):
+def clean_kernel_log(kmsg):
     """Fail the test that left a kernel splat, naming it (the harness
     catches any splat at the end too, but not which test made it)."""
-    before = len(kernel_log().splitlines())
+    kmsg.new()
     yield
-    new = kernel_log().splitlines()[before:]
+    new = kmsg.new()
     bad = [line for line in new if SPLAT.search(line)]
     assert not bad, "kernel splat during the test:\n" + "\n".join(new[-80:])
 
@@ -129,3 +171,107 @@ def module_loaded():
     if not os.path.exists("/sys/module/af_sd"):
         pytest.exit("af_sd is not loaded: run this suite through tests/vm/run",
                     returncode=3)
+
+
+# ---- network namespaces without a process per step --------------------------
+#
+# `ip netns exec NAME CMD` is two processes (ip, then CMD), and a process
+# costs about half a second on the debug kernel: the namespace tests used
+# to spend most of their time there.  in_netns() moves the calling thread
+# into the namespace instead (setns(2) changes only that thread), so that
+# what it reads under /proc/sys/net and /proc/thread-self/net, the sockets
+# it makes and the processes it starts are the namespace's.
+
+_libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def _setns(fd):
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+@contextlib.contextmanager
+def in_netns(name):
+    """The calling thread in network namespace NAME (ip netns's) for the
+    block, and back where it was after it."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fd = os.open(f"/run/netns/{name}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _setns(fd)
+        finally:
+            os.close(fd)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+def nsrun(name, *cmd, **kw):
+    """subprocess.run(cmd, **kw) in namespace NAME."""
+    with in_netns(name):
+        return subprocess.run(list(cmd), **kw)
+
+
+def nspopen(name, *cmd, **kw):
+    """subprocess.Popen(cmd, **kw) in namespace NAME."""
+    with in_netns(name):
+        return subprocess.Popen(list(cmd), **kw)
+
+
+def ns_sysctl(name, key, value=None):
+    """net.sd.KEY of namespace NAME: its value when value is None, else
+    written, returning None or the error the write met (as text)."""
+    path = f"/proc/sys/net/sd/{key}"
+    with in_netns(name):
+        if value is None:
+            return pathlib.Path(path).read_text().strip()
+        try:
+            fd = os.open(path, os.O_WRONLY)
+        except OSError as e:
+            return f"{path}: {e.strerror}"
+        try:
+            os.write(fd, f"{value}\n".encode())
+        except OSError as e:
+            return f"{path} = {value}: {e.strerror}"
+        finally:
+            os.close(fd)
+        return None
+
+
+def ns_protocol_sockets(name, proto="AF_SD"):
+    with in_netns(name):
+        return protocol_sockets(proto, "/proc/thread-self/net")
+
+
+def netns_del(*names):
+    """Delete the namespaces of names that exist, with one ip process."""
+    names = [n for n in names if os.path.exists(f"/run/netns/{n}")]
+    if names:
+        subprocess.run(["ip", "-batch", "-"], check=True, text=True,
+                       input="".join(f"netns del {n}\n" for n in names),
+                       capture_output=True)
+
+
+def netns_pair(a, b, veth_a, veth_b, addr_a, addr_b):
+    """Namespaces a and b, made anew, with lo up and joined by a veth pair
+    (veth_a in a with addr_a/24, veth_b in b with addr_b/24): four ip
+    processes where one per step took fifteen."""
+    netns_del(a, b)
+    for n in (a, b):
+        subprocess.run(["ip", "netns", "add", n], check=True)
+
+    def batch(name, *lines):
+        nsrun(name, "ip", "-batch", "-", check=True, text=True,
+              input="".join(f"{line}\n" for line in lines),
+              capture_output=True)
+
+    batch(a, "link set lo up",
+          f"link add {veth_a} type veth peer name {veth_b} netns {b}",
+          f"addr add {addr_a}/24 dev {veth_a}", f"link set {veth_a} up")
+    batch(b, "link set lo up", f"addr add {addr_b}/24 dev {veth_b}",
+          f"link set {veth_b} up")

@@ -28,7 +28,8 @@ import time
 
 import pytest
 
-from conftest import SDCTL, wait_for
+from conftest import (SDCTL, netns_del, netns_pair, ns_protocol_sockets,
+                      ns_sysctl, nspopen, nsrun, wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = os.path.join(HERE, "echo_server.py")
@@ -91,8 +92,8 @@ def move_msg(half):
 # ---- the two hosts ----------------------------------------------------------
 
 def ns(name, *cmd, check=True, timeout=60, **kw):
-    out = subprocess.run(["ip", "netns", "exec", name, *cmd],
-                         capture_output=True, text=True, timeout=timeout, **kw)
+    out = nsrun(name, *cmd, capture_output=True, text=True, timeout=timeout,
+                **kw)
     if check and out.returncode:
         raise AssertionError(f"in {name}: {cmd} exited {out.returncode}: "
                              f"{out.stderr.strip()}")
@@ -102,9 +103,9 @@ def ns(name, *cmd, check=True, timeout=60, **kw):
 def setting(name, key=None, value=None, **more):
     """Write net.sd.KEY (and more KEY=VALUE) in a namespace, in order."""
     kv = ([(key, value)] if key else []) + list(more.items())
-    script = " && ".join(f"echo {v} > /proc/sys/net/sd/{k}" for k, v in kv)
-    out = ns(name, "sh", "-c", script, check=False)
-    assert out.returncode == 0, f"{kv} in {name}: {out.stderr}"
+    for k, v in kv:
+        err = ns_sysctl(name, k, v)
+        assert err is None, f"{kv} in {name}: {err}"
 
 
 def sdjson(name, *args):
@@ -150,11 +151,7 @@ def queued(port):
 
 def af_sd_sockets(name):
     """The sockets column of /proc/net/protocols for AF_SD, in a netns."""
-    for line in ns(name, "cat", "/proc/net/protocols").stdout.splitlines():
-        f = line.split()
-        if f and f[0] == "AF_SD":
-            return int(f[2])
-    raise AssertionError(f"AF_SD is not in {name}'s /proc/net/protocols")
+    return ns_protocol_sockets(name)
 
 
 def module_refcnt():
@@ -618,15 +615,22 @@ class Job:
 
 
 class Agent:
-    def __init__(self, netns, label):
+    def __init__(self, netns, label, wait=True):
         self.label = label
         self.jobs = {}
         self.next = 0
         self.dead = False
         self.lock = threading.Lock()
-        self.p = subprocess.Popen(
-            ["ip", "netns", "exec", netns, sys.executable, "-c", AGENT, HERE],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.p = nspopen(netns, sys.executable, "-c", AGENT, HERE,
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         text=True)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self):
+        """Wait for the agent's "ready" (Agent(..., wait=False) lets two
+        agents start at once)."""
+        label = self.label
         first = self.p.stdout.readline()
         if first.strip() != "ready":
             self.p.kill()
@@ -754,10 +758,9 @@ class FakeMonitor:
     def __init__(self, plans):
         self.events = []
         self.cond = threading.Condition()
-        self.p = subprocess.Popen(
-            ["ip", "netns", "exec", B, sys.executable, "-c", FAKE_MONITOR,
-             str(RDV_PORT), json.dumps(plans)],
-            stdout=subprocess.PIPE, text=True)
+        self.p = nspopen(B, sys.executable, "-c", FAKE_MONITOR,
+                         str(RDV_PORT), json.dumps(plans),
+                         stdout=subprocess.PIPE, text=True)
         first = self.p.stdout.readline()
         assert "ready" in first, f"the fake monitor did not start: {first!r}"
         threading.Thread(target=self._read, daemon=True).start()
@@ -805,34 +808,26 @@ class Hosts:
         self.procs = []
 
     def setup(self):
-        for n in (A, B):
-            subprocess.run(["ip", "netns", "del", n], capture_output=True)
-            subprocess.run(["ip", "netns", "add", n], check=True)
-            ns(n, "ip", "link", "set", "lo", "up")
-        subprocess.run(["ip", "link", "add", VETH_A, "netns", A, "type",
-                        "veth", "peer", "name", VETH_B, "netns", B],
-                       check=True)
-        ns(A, "ip", "addr", "add", f"{ADDR_A}/24", "dev", VETH_A)
-        ns(B, "ip", "addr", "add", f"{ADDR_B}/24", "dev", VETH_B)
-        ns(A, "ip", "link", "set", VETH_A, "up")
-        ns(B, "ip", "link", "set", VETH_B, "up")
+        netns_pair(A, B, VETH_A, VETH_B, ADDR_A, ADDR_B)
         for n in (A, B):
             # The guest is slow (TCG): a generous bound for a rendezvous.
             setting(n, redirect=1, rendezvous_timeout_ms=10000,
                     rendezvous_port=RDV_PORT)
-        self.a = self.agent(A, "a")
+        # Both agents start at once: a Python start is seconds on the
+        # debug kernel.
+        self.a = self.agent(A, "a", wait=False)
         self.b = self.agent(B, "b")
+        self.a.wait_ready()
 
-    def agent(self, netns, label):
-        ag = Agent(netns, label)
+    def agent(self, netns, label, wait=True):
+        ag = Agent(netns, label, wait)
         self.agents.append(ag)
         return ag
 
     def echo_server(self, port=PORT):
         """A plain TCP echo server (no AF_SD) on B's address."""
-        p = subprocess.Popen(["ip", "netns", "exec", B, sys.executable, ECHO,
-                              ADDR_B, str(port)], stdout=subprocess.PIPE,
-                             text=True)
+        p = nspopen(B, sys.executable, ECHO, ADDR_B, str(port),
+                    stdout=subprocess.PIPE, text=True)
         self.procs.append(p)
         assert p.stdout.readline().strip() == "ready"
 
@@ -857,8 +852,7 @@ class Hosts:
                         lambda n=n: af_sd_sockets(n) == 0, 15):
                     left[n] = af_sd_sockets(n)
         finally:
-            for n in (A, B):
-                subprocess.run(["ip", "netns", "del", n], capture_output=True)
+            netns_del(A, B)
         assert not left, f"AF_SD sockets left after the test: {left}"
 
 
@@ -1581,7 +1575,7 @@ def test_peer_end_waits_for_the_bridge_fin(h):
     h.a.call(f"bridge_op('c', {OP_FIN})")
     assert w.result(25) == b""
     h.a.call("close('c')")
-    assert h.a.call(f"return [E(bridge_op, 'c', op) for op in (1, 2, 3)]") \
+    assert h.a.call("return [E(bridge_op, 'c', op) for op in (1, 2, 3)]") \
         == ["OK"] * 3
     h.a.call("bridge_close('c')")
 

@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, prog,
+from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, netns_del,
+                      netns_pair, ns_protocol_sockets, ns_sysctl, nsrun, prog,
                       redirect, sd_stats, wait_for)
 from sdsock import Family, sockname
 
@@ -242,32 +243,21 @@ RACE_ROUNDS = 150
 
 
 def in_ns(name, *cmd, **kw):
-    return subprocess.run(["ip", "netns", "exec", name, *cmd],
-                          capture_output=True, text=True, **kw)
+    return nsrun(name, *cmd, capture_output=True, text=True, **kw)
 
 
 @pytest.fixture
 def race_hosts():
     """h1 (redirect on, rendezvous on, no peer cache) and h2."""
     h1, h2 = RACE_NS
-    for n in RACE_NS:
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
-        subprocess.run(["ip", "netns", "add", n], check=True)
-        in_ns(n, "ip", "link", "set", "lo", "up", check=True)
-    subprocess.run(["ip", "link", "add", "sdrc0", "netns", h1, "type", "veth",
-                    "peer", "name", "sdrc1", "netns", h2], check=True)
-    for n, dev, addr in ((h1, "sdrc0", RACE_ADDR[0]),
-                         (h2, "sdrc1", RACE_ADDR[1])):
-        in_ns(n, "ip", "addr", "add", f"{addr}/24", "dev", dev, check=True)
-        in_ns(n, "ip", "link", "set", dev, "up", check=True)
+    netns_pair(h1, h2, "sdrc0", "sdrc1", *RACE_ADDR)
     for key, value in (("redirect", 1), ("rendezvous_port", RACE_RDV_PORT),
                        ("peer_cache_seconds", 0),
                        ("rendezvous_timeout_ms", 30000)):
-        in_ns(h1, "sh", "-c", f"echo {value} > /proc/sys/net/sd/{key}",
-              check=True)
+        err = ns_sysctl(h1, key, value)
+        assert err is None, err
     yield h1
-    for n in RACE_NS:
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    netns_del(*RACE_NS)
 
 
 def ns_stats(name):
@@ -277,12 +267,7 @@ def ns_stats(name):
 
 def ns_sd_sockets(name):
     """AF_SD sockets in use in a netns (no_leak counts the suite's own)."""
-    for line in in_ns(name, "cat", "/proc/net/protocols",
-                      check=True).stdout.splitlines():
-        fields = line.split()
-        if fields and fields[0] == "AF_SD":
-            return int(fields[2])
-    raise AssertionError("AF_SD is not in /proc/net/protocols")
+    return ns_protocol_sockets(name)
 
 
 def race_fallback(h1, op):

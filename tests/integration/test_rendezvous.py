@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from conftest import SDCTL, TOP, wait_for
+from conftest import (SDCTL, TOP, netns_del, netns_pair, ns_sysctl, nspopen,
+                      nsrun, wait_for)
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
@@ -26,15 +27,18 @@ REQ_LEN, REP_LEN = 16, 16
 
 
 def ns(name, *cmd, check=True, **kw):
-    return subprocess.run(["ip", "netns", "exec", name, *cmd], check=check,
-                          capture_output=True, text=True, **kw)
+    return nsrun(name, *cmd, check=check, capture_output=True, text=True,
+                 **kw)
 
 
 def setting(name, key, value=None):
-    path = f"/proc/sys/net/sd/{key}"
+    """net.sd.KEY's value; or, with a value, the write's outcome as a
+    process's (returncode, stderr)."""
     if value is None:
-        return ns(name, "cat", path).stdout.strip()
-    return ns(name, "sh", "-c", f"echo {value} > {path}", check=False)
+        return ns_sysctl(name, key)
+    err = ns_sysctl(name, key, value)
+    return subprocess.CompletedProcess([key, value], 1 if err else 0, "",
+                                       err or "")
 
 
 def stats(name):
@@ -54,31 +58,20 @@ class Delta:
 
 @pytest.fixture
 def hosts():
-    for n in (H1, H2):
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
-        subprocess.run(["ip", "netns", "add", n], check=True)
-        ns(n, "ip", "link", "set", "lo", "up")
-    subprocess.run(["ip", "link", "add", "sdrv0", "netns", H1, "type",
-                    "veth", "peer", "name", "sdrv1", "netns", H2], check=True)
-    ns(H1, "ip", "addr", "add", f"{A1}/24", "dev", "sdrv0")
-    ns(H2, "ip", "addr", "add", f"{A2}/24", "dev", "sdrv1")
-    ns(H1, "ip", "link", "set", "sdrv0", "up")
-    ns(H2, "ip", "link", "set", "sdrv1", "up")
+    netns_pair(H1, H2, "sdrv0", "sdrv1", A1, A2)
     for n in (H1, H2):
         assert setting(n, "redirect", 1).returncode == 0
         # The guest is slow (TCG) and busy: a generous bound.
         assert setting(n, "rendezvous_timeout_ms", 10000).returncode == 0
     yield
-    for n in (H1, H2):
-        subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    netns_del(H1, H2)
 
 
 @pytest.fixture
 def echo_server(hosts):
     """A plain TCP echo server (not under sdrun) in h2."""
-    p = subprocess.Popen(["ip", "netns", "exec", H2, sys.executable, ECHO,
-                          A2, str(APP_PORT)], stdout=subprocess.PIPE,
-                         text=True)
+    p = nspopen(H2, sys.executable, ECHO, A2, str(APP_PORT),
+                stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     yield
     p.kill()
@@ -206,10 +199,10 @@ def test_bad_settings_are_refused_and_change_nothing(hosts, key, bad):
 
 def test_a_port_in_use_is_refused_and_the_old_one_kept(hosts):
     assert setting(H1, "rendezvous_port", RDV_PORT).returncode == 0
-    holder = subprocess.Popen(
-        ["ip", "netns", "exec", H1, sys.executable, "-c",
-         f"import socket,time; s=socket.create_server(('', {RDV_PORT + 1}));"
-         "print('ready', flush=True); time.sleep(60)"],
+    holder = nspopen(
+        H1, sys.executable, "-c",
+        f"import socket,time; s=socket.create_server(('', {RDV_PORT + 1}));"
+        "print('ready', flush=True); time.sleep(60)",
         stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "ready"
@@ -277,9 +270,8 @@ while True:
 @pytest.mark.parametrize("mode", sorted(HOSTILE_REPLIES))
 def test_hostile_monitor_means_tcp_with_reason_handshake(echo_server, mode):
     payload = HOSTILE_REPLIES[mode] or b""
-    fake = subprocess.Popen(
-        ["ip", "netns", "exec", H2, sys.executable, "-c", FAKE, mode,
-         payload.hex(), str(RDV_PORT)], stdout=subprocess.PIPE, text=True)
+    fake = nspopen(H2, sys.executable, "-c", FAKE, mode, payload.hex(),
+                   str(RDV_PORT), stdout=subprocess.PIPE, text=True)
     try:
         assert fake.stdout.readline().strip() == "ready"
         assert setting(H1, "rendezvous_port", RDV_PORT).returncode == 0
@@ -388,10 +380,10 @@ def test_netns_goes_with_exchanges_in_flight(hosts):
     for n in (H1, H2):
         assert setting(n, "rendezvous_port", RDV_PORT).returncode == 0
         assert setting(n, "rendezvous_timeout_ms", 5000).returncode == 0
-    idle = subprocess.Popen(
-        ["ip", "netns", "exec", H1, sys.executable, "-c",
-         f"import socket,time; s=socket.create_connection(('{A2}', "
-         f"{RDV_PORT})); print('ready', flush=True); time.sleep(60)"],
+    idle = nspopen(
+        H1, sys.executable, "-c",
+        f"import socket,time; s=socket.create_connection(('{A2}', "
+        f"{RDV_PORT})); print('ready', flush=True); time.sleep(60)",
         stdout=subprocess.PIPE, text=True)
     try:
         assert idle.stdout.readline().strip() == "ready"
