@@ -220,7 +220,12 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 		return -EPIPE;
 	held = sd_sock_held_elsewhere(sk, &fds, &kept);
 	sock_put(sk);
-	if (exec ? !kept : !held || (handover && fds))
+	/*
+	 * An exec needs a descriptor that exec keeps; any other leave needs
+	 * another holder of the socket, and a handover also that the caller
+	 * keeps no descriptor of it.
+	 */
+	if (exec ? !kept : (!held || (handover && fds)))
 		return -EBUSY;
 
 	spin_lock(&conn->lock);

@@ -25,4 +25,6 @@
 	return false;
 }
 
+[[gnu::weak]] void sd_exec_prepare() noexcept {}
+
 [[gnu::weak]] void sd_exec_failed() noexcept {}

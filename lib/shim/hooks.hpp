@@ -20,9 +20,10 @@
 //     AF_INET, the token hand-over on fork and the RDMA bridge's drain
 //     need them whatever the family); the _exit hook never handles the
 //     call;
-//   - execve, execv, execvp, execvpe, fexecve: on every call (the RDMA
-//     bridge hands its connections to the next image); the hooks never
-//     handle the call, and when it fails the shim calls sd_exec_failed();
+//   - execve, execv, execvp, execvpe, fexecve (and execl, execle, execlp,
+//     through them): sd_exec_prepare() before every call (the RDMA bridge
+//     hands its connections to the next image), and sd_exec_failed() after
+//     one that failed; the shim makes the call itself;
 //   - poll, ppoll, select, pselect: when one of the fds is an AF_SD socket;
 //     epoll_wait, epoll_pwait, epoll_pwait2: when an AF_SD socket was added
 //     to that epoll fd; epoll_create, epoll_create1 and epoll_ctl: on every
@@ -71,7 +72,8 @@
 
 bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
-// An exec whose hook ran failed: this image goes on.
+// An exec is about to be made; then, if it failed, this image goes on.
+void sd_exec_prepare() noexcept;
 void sd_exec_failed() noexcept;
 
 // The RDMA bridge (rdma.cpp): offer RDMA on a connect to another host and

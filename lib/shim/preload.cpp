@@ -391,21 +391,22 @@ extern "C" void _exit(int status)
 	__builtin_unreachable();
 }
 
-// exec: the hook (rdma.cpp) hands the process's RDMA connections that exec
-// keeps to its new image, and never handles the call: the call is made
-// here once the guard is down again, because a child of vfork runs on its
+// exec: sd_exec_prepare() (rdma.cpp) hands the process's RDMA connections
+// that exec keeps to its new image, and the call is made here once the
+// guard is down again, because a child of vfork runs on its
 // parent's thread (its stack, its thread-local guard) and an exec that
 // succeeds never returns to lower it.  If the exec fails, sd_exec_failed()
 // takes the connections back.  execl, execle and execlp build the
 // argument vector and go through execv, execve and execvp.
-template <typename Ask, typename Exec> int exec_hooked(Ask ask, Exec exec) noexcept
+template <typename Exec> int exec_hooked(Exec exec) noexcept
 {
 	const bool hooked = !inside;
-	int r = -1;
 
-	if (hooked)
-		(void)ask(r);
-	r = exec();
+	if (hooked) {
+		Inside in_;
+		sd_exec_prepare();
+	}
+	const int r = exec();
 	if (hooked) {
 		const int saved = errno;
 		{
@@ -419,32 +420,27 @@ template <typename Ask, typename Exec> int exec_hooked(Ask ask, Exec exec) noexc
 
 extern "C" int execve(const char *path, char *const argv[], char *const envp[]) noexcept
 {
-	return exec_hooked([&](int &r) { return SD_ASK(execve, r, (path, argv, envp)); },
-			   [&]() noexcept { return real::execve()(path, argv, envp); });
+	return exec_hooked([&]() noexcept { return real::execve()(path, argv, envp); });
 }
 
 extern "C" int execv(const char *path, char *const argv[]) noexcept
 {
-	return exec_hooked([&](int &r) { return SD_ASK(execv, r, (path, argv)); },
-			   [&]() noexcept { return real::execv()(path, argv); });
+	return exec_hooked([&]() noexcept { return real::execv()(path, argv); });
 }
 
 extern "C" int execvp(const char *file, char *const argv[]) noexcept
 {
-	return exec_hooked([&](int &r) { return SD_ASK(execvp, r, (file, argv)); },
-			   [&]() noexcept { return real::execvp()(file, argv); });
+	return exec_hooked([&]() noexcept { return real::execvp()(file, argv); });
 }
 
 extern "C" int execvpe(const char *file, char *const argv[], char *const envp[]) noexcept
 {
-	return exec_hooked([&](int &r) { return SD_ASK(execvpe, r, (file, argv, envp)); },
-			   [&]() noexcept { return real::execvpe()(file, argv, envp); });
+	return exec_hooked([&]() noexcept { return real::execvpe()(file, argv, envp); });
 }
 
 extern "C" int fexecve(int fd, char *const argv[], char *const envp[]) noexcept
 {
-	return exec_hooked([&](int &r) { return SD_ASK(fexecve, r, (fd, argv, envp)); },
-			   [&]() noexcept { return real::fexecve()(fd, argv, envp); });
+	return exec_hooked([&]() noexcept { return real::fexecve()(fd, argv, envp); });
 }
 
 namespace {

@@ -1909,34 +1909,9 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 }
 
 // exec, in all its forms: the shim makes the call (hooks.hpp).
-bool sd_hook_execve(const char *, char *const[], char *const[], int *) noexcept
+void sd_exec_prepare() noexcept
 {
 	before_exec();
-	return false;
-}
-
-bool sd_hook_execv(const char *, char *const[], int *) noexcept
-{
-	before_exec();
-	return false;
-}
-
-bool sd_hook_execvp(const char *, char *const[], int *) noexcept
-{
-	before_exec();
-	return false;
-}
-
-bool sd_hook_execvpe(const char *, char *const[], char *const[], int *) noexcept
-{
-	before_exec();
-	return false;
-}
-
-bool sd_hook_fexecve(int, char *const[], char *const[], int *) noexcept
-{
-	before_exec();
-	return false;
 }
 
 void sd_exec_failed() noexcept
