@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from sdgenl import Genl
+
 TOP = pathlib.Path(__file__).resolve().parents[2]
 PROGS = TOP / "build" / "user" / "tests" / "progs"
 AF_SD = 18
@@ -43,11 +45,29 @@ def run_json(*args, check=True, timeout=120):
 SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
 
 
+def _stat_names():
+    """SD_STAT_* of the uapi header by value, lower case without the
+    prefix: the names sdctl prints (tools/sdctl/stats.cpp)."""
+    text = (TOP / "include" / "uapi" / "linux" / "sd.h").read_text()
+    body = re.search(r"enum sd_stat \{(.*?)__SD_STAT_MAX", text, re.S)
+    if not body:
+        raise AssertionError("no enum sd_stat in the uapi header")
+    return re.findall(r"^\s*SD_STAT_(\w+),", body.group(1), re.M)
+
+
+STAT_NAMES = [n.lower() for n in _stat_names()]
+
+
 def sd_stats():
-    """The module's counters, as sdctl --json stats prints them."""
-    out = subprocess.run([SDCTL, "--json", "stats"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
+    """The module's counters of the calling thread's namespace, by the
+    names sdctl --json stats prints; asked in this process over generic
+    netlink (sdgenl.py), since an sdctl process per call costs about half
+    a second on the debug kernel.  test_sdctl.py tests sdctl's own."""
+    with Genl() as nl:
+        got = nl.stats()
+    unknown = [t for t in got if t >= len(STAT_NAMES)]
+    assert not unknown, f"counters the uapi header does not name: {unknown}"
+    return {STAT_NAMES[t]: v for t, v in got.items()}
 
 
 class StatsDelta:

@@ -28,8 +28,9 @@ import time
 
 import pytest
 
-from conftest import (SDCTL, netns_del, netns_pair, ns_protocol_sockets,
-                      ns_sysctl, nspopen, nsrun, wait_for)
+from conftest import (SDCTL, in_netns, netns_del, netns_pair,
+                      ns_protocol_sockets, ns_sysctl, nspopen, nsrun, sd_stats,
+                      wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = os.path.join(HERE, "echo_server.py")
@@ -109,6 +110,9 @@ def setting(name, key=None, value=None, **more):
 
 
 def sdjson(name, *args):
+    if args == ("stats",):
+        with in_netns(name):
+            return sd_stats()
     return json.loads(ns(name, SDCTL, "--json", *args).stdout)
 
 

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, netns_del,
-                      netns_pair, ns_protocol_sockets, ns_sysctl, nsrun, prog,
-                      redirect, sd_stats, wait_for)
+from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, in_netns,
+                      netns_del, netns_pair, ns_protocol_sockets, ns_sysctl,
+                      nsrun, prog, redirect, sd_stats, wait_for)
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -261,8 +261,8 @@ def race_hosts():
 
 
 def ns_stats(name):
-    return json.loads(in_ns(name, SDCTL, "--json", "stats",
-                            check=True).stdout)
+    with in_netns(name):
+        return sd_stats()
 
 
 def ns_sd_sockets(name):

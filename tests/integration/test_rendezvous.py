@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from conftest import (SDCTL, TOP, netns_del, netns_pair, ns_sysctl, nspopen,
-                      nsrun, wait_for)
+from conftest import (TOP, in_netns, netns_del, netns_pair, ns_sysctl,
+                      nspopen, nsrun, sd_stats, wait_for)
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
@@ -42,7 +42,8 @@ def setting(name, key, value=None):
 
 
 def stats(name):
-    return json.loads(ns(name, SDCTL, "--json", "stats").stdout)
+    with in_netns(name):
+        return sd_stats()
 
 
 class Delta:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import TOP, wait_for
+from conftest import TOP, sd_stats, wait_for
 from sdgenl import as_nobody
 from sdsock import SD_REUSEPORT, SOL_SD, Family, sockname
 
@@ -575,6 +575,12 @@ def test_stats_has_every_counter():
     lines = sdctl("stats").stdout.splitlines()
     assert [ln.split()[0] for ln in lines] == STATS
     assert [int(ln.split()[1]) for ln in lines] == [stats()[k] for k in STATS]
+
+
+def test_suite_counters_are_sdctl_s():
+    """The suite asks for the counters itself (conftest.sd_stats, names
+    from the uapi header): the same names and order as sdctl's."""
+    assert list(sd_stats()) == list(stats()) == STATS
 
 
 def test_counters_move(clean_rules, no_leak):
