@@ -58,13 +58,15 @@ def _stat_names():
 STAT_NAMES = [n.lower() for n in _stat_names()]
 
 
-def sd_stats():
-    """The module's counters of the calling thread's namespace, by the
-    names sdctl --json stats prints; asked in this process over generic
-    netlink (sdgenl.py), since an sdctl process per call costs about half
-    a second on the debug kernel.  test_sdctl.py tests sdctl's own."""
-    with Genl() as nl:
-        got = nl.stats()
+def sd_stats(netns=None):
+    """The module's counters (of network namespace netns, ip netns's, else
+    the calling thread's), by the names sdctl --json stats prints; asked
+    in this process over generic netlink (sdgenl.py), since an sdctl
+    process per call costs about half a second on the debug kernel.
+    test_sdctl.py tests sdctl's own."""
+    with in_netns(netns) if netns else contextlib.nullcontext():
+        with Genl() as nl:
+            got = nl.stats()
     unknown = [t for t in got if t >= len(STAT_NAMES)]
     assert not unknown, f"counters the uapi header does not name: {unknown}"
     return {STAT_NAMES[t]: v for t, v in got.items()}

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta, in_netns,
+from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta,
                       netns_del, netns_pair, ns_protocol_sockets, ns_sysctl,
                       nsrun, prog, redirect, sd_stats, wait_for)
 from sdsock import Family, sockname
@@ -260,11 +260,6 @@ def race_hosts():
     netns_del(*RACE_NS)
 
 
-def ns_stats(name):
-    with in_netns(name):
-        return sd_stats()
-
-
 def ns_sd_sockets(name):
     """AF_SD sockets in use in a netns (no_leak counts the suite's own)."""
     return ns_protocol_sockets(name)
@@ -272,7 +267,7 @@ def ns_sd_sockets(name):
 
 def race_fallback(h1, op):
     """sd_race OP in h1 against h2; its JSON, with h1's counter changes."""
-    before = ns_stats(h1)
+    before = sd_stats(h1)
     start = time.monotonic()
     out = in_ns(h1, prog("sd_race"), op, str(RACE_ROUNDS),
                 f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1], str(RACE_RDV_PORT),
@@ -280,7 +275,7 @@ def race_fallback(h1, op):
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     res["seconds"] = time.monotonic() - start
-    after = ns_stats(h1)
+    after = sd_stats(h1)
     res["delta"] = {k: v - before.get(k, 0) for k, v in after.items()}
     print({**res, "delta": {k: v for k, v in res["delta"].items() if v}})
     assert wait_for(lambda: ns_sd_sockets(h1) == 0), \

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import (TOP, in_netns, netns_del, netns_pair, ns_sysctl,
+from conftest import (TOP, netns_del, netns_pair, ns_sysctl,
                       nspopen, nsrun, sd_stats, wait_for)
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
@@ -41,18 +41,13 @@ def setting(name, key, value=None):
                                        err or "")
 
 
-def stats(name):
-    with in_netns(name):
-        return sd_stats()
-
-
 class Delta:
     def __init__(self, name):
         self.name = name
-        self.before = stats(name)
+        self.before = sd_stats(name)
 
     def __call__(self):
-        now = stats(self.name)
+        now = sd_stats(self.name)
         return {k: v - self.before.get(k, 0) for k, v in now.items()
                 if v != self.before.get(k, 0)}
 
