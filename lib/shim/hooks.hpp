@@ -86,6 +86,10 @@ void sd_rdma_closing(unsigned int first, unsigned int last) noexcept;
 // spins, waiting; and when it would wake the bridge about fd's rings
 // (true: no wake needed).
 void sd_rdma_spin() noexcept;
+// SD_SHIM_TRACE's line about the bridge ("PID rdma_cqs QUEUES PEAK": the
+// completion queues it made, the most connections it carried at once)
+// into buf: its length, 0 if the process made no RDMA connection.
+int sd_rdma_trace(char *buf, std::size_t len) noexcept;
 bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept;
 // A blocking receive on fd that would sleep: 0 if fd is not an RDMA
 // connection, 1 to look again, 2 when the socket has something, -1 with

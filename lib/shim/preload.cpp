@@ -86,6 +86,8 @@ __attribute__((destructor)) void shim_fini()
 		if (n > 0)
 			(void)real::write()(fd, buf, static_cast<size_t>(n));
 	}
+	if (const int n = sd_rdma_trace(buf, sizeof(buf)); n > 0)
+		(void)real::write()(fd, buf, static_cast<size_t>(n));
 	(void)real::close()(fd);
 }
 

@@ -11,8 +11,9 @@
 //
 // One device per process (the first whose GID table holds the local
 // address of a connection), one protection domain, one bridge thread with
-// one completion channel and a completion queue per 64 connections, all
-// connections of the process sharing them.  Adaptive batching: a send
+// one completion channel and one completion queue that all connections of
+// the process share, grown as they come (a second only on a device whose
+// largest queue cannot hold them all).  Adaptive batching: a send
 // finds the link idle and goes as one write at once; while writes are in
 // flight what the program sends gathers in the send ring and the next
 // write takes all of it.
@@ -65,9 +66,10 @@ constexpr unsigned DATA_INFLIGHT = 8;	// data writes in flight, per connection
 constexpr unsigned SEND_WR = 16;	// all writes in flight (data, credit, fin)
 constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
 constexpr std::uint64_t CREDIT_BATCH = LAND_SIZE / 4;	// see credit_due()
-constexpr unsigned LINKS_PER_CQ = 64;
-constexpr unsigned MAX_CQS = 16;
-constexpr unsigned MAX_LINKS = LINKS_PER_CQ * MAX_CQS;
+constexpr unsigned CQE_PER_LINK = SEND_WR + RECVS;	// its completions in flight at most
+constexpr unsigned CQ_FIRST_LINKS = 8;	// a new completion queue's room, then doubled
+constexpr unsigned MAX_LINKS = 1024;
+constexpr unsigned MAX_CQS = 16;	// MAX_LINKS on devices of 64 links a queue
 constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
 constexpr int BLIND_MS = 20;		// and this often while it leaves completions to
 					// a program thread (wait_events())
@@ -88,7 +90,8 @@ constexpr unsigned MAX_ORPHANS = 64;
 	X(ibv_close_device) X(ibv_query_gid) X(ibv_alloc_pd)                       \
 	X(ibv_create_comp_channel) X(ibv_create_cq) X(ibv_destroy_cq)              \
 	X(ibv_create_qp) X(ibv_destroy_qp) X(ibv_modify_qp) X(ibv_reg_mr)          \
-	X(ibv_dereg_mr) X(ibv_get_cq_event) X(ibv_ack_cq_events)
+	X(ibv_dereg_mr) X(ibv_get_cq_event) X(ibv_ack_cq_events)                   \
+	X(ibv_query_device) X(ibv_resize_cq)
 
 struct Verbs {
 #define SD_VERB(name) decltype(&::name) name;
@@ -124,6 +127,7 @@ struct Link {
 	int sfd = -1;			// the socket's, when the bridge was made
 	ino_t sino = 0;			// and its inode (a child looks for it)
 	unsigned slot = 0;
+	int cqi = -1;			// its queue pair's completion queue
 	std::uint32_t gen = 0;
 	State state = State::WAIT_PEER;
 	ibv_qp *qp = nullptr;
@@ -171,7 +175,15 @@ struct Hub {
 	ibv_gid gid = {};
 	ibv_pd *pd = nullptr;
 	ibv_comp_channel *chan = nullptr;
+	// The completion queues, made in order and kept; each holds entries
+	// for cq_room[c] links and carries cq_links[c] (under lock).
 	ibv_cq *cq[MAX_CQS] = {};
+	unsigned cq_room[MAX_CQS] = {};
+	unsigned cq_links[MAX_CQS] = {};
+	unsigned max_cqe = 0;		// the device's largest queue, less the spare
+	// For SD_SHIM_TRACE (sd_rdma_trace()): the queues made, and the most
+	// links carried at once.
+	std::atomic<unsigned> n_cqs{0}, links_peak{0};
 	int ev = -1;			// the module's kicks and ours
 	bool thread = false;
 	// A child's copies of its parent's connections: the socket's
@@ -323,6 +335,13 @@ bool device_for(const in6_addr &a) noexcept
 		hub.ctx = ctx;
 		hub.gid_index = static_cast<std::uint8_t>(idx);
 		hub.gid = gid;
+		// The largest completion queue it makes, one link's worth
+		// kept spare (cq_entries()); a device that does not say gets
+		// queues of 64 links.
+		ibv_device_attr da = {};
+		const unsigned most = v.ibv_query_device(ctx, &da) || da.max_cqe <= 0 ?
+					      65 * CQE_PER_LINK : static_cast<unsigned>(da.max_cqe);
+		hub.max_cqe = most > CQE_PER_LINK ? most - CQE_PER_LINK : 0;
 	}
 	v.ibv_free_device_list(devs);
 	return hub.ctx != nullptr;
@@ -346,6 +365,8 @@ void link_free(Link *l) noexcept
 		munmap(l->rx_map, l->rx_len);
 	if (l->qp)
 		v.ibv_destroy_qp(l->qp);
+	if (l->cqi >= 0)
+		hub.cq_links[l->cqi]--;
 	if (l->mr)
 		v.ibv_dereg_mr(l->mr);
 	if (l->lmr)
@@ -359,25 +380,75 @@ void link_free(Link *l) noexcept
 	free(l);
 }
 
-// A slot, its completion queue made if needed, and the link in it.  Under
-// hub.lock.  False when the process has no slot left.
+// The entries of a completion queue for room links: one link's more, for
+// what a link that went may have left in it unpolled.
+int cq_entries(unsigned room) noexcept
+{
+	return static_cast<int>((room + 1) * CQE_PER_LINK);
+}
+
+// Whether completion queue c can take one more link: it has room, or is
+// grown to have it (doubled, up to the device's largest).  Under hub.lock.
+bool cq_fits(unsigned c) noexcept
+{
+	const unsigned need = hub.cq_links[c] + 1;
+	if (need <= hub.cq_room[c])
+		return true;
+	const unsigned room = std::min(std::max(2 * hub.cq_room[c], need),
+				       hub.max_cqe / CQE_PER_LINK);
+	// Resizing keeps what the queue holds, and its arming; no other
+	// thread polls it meanwhile (hub.lock).
+	if (room < need || v.ibv_resize_cq(hub.cq[c], cq_entries(room)))
+		return false;
+	hub.cq_room[c] = room;
+	return true;
+}
+
+// The completion queue for one more link: the first that has or can make
+// room, or a new one.  Under hub.lock.  -1 when the device has no more.
+int cq_take() noexcept
+{
+	for (unsigned c = 0; c < MAX_CQS; c++) {
+		if (hub.cq[c]) {
+			if (!cq_fits(c))
+				continue;
+		} else {
+			const unsigned room = std::min(CQ_FIRST_LINKS, hub.max_cqe / CQE_PER_LINK);
+			if (!room)
+				return -1;
+			hub.cq[c] = v.ibv_create_cq(hub.ctx, cq_entries(room), nullptr,
+						    hub.chan, 0);
+			if (!hub.cq[c])
+				return -1;
+			hub.cq_room[c] = room;
+			hub.n_cqs.store(c + 1, std::memory_order_relaxed);
+			ibv_req_notify_cq(hub.cq[c], 0);
+		}
+		hub.cq_links[c]++;
+		return static_cast<int>(c);
+	}
+	return -1;
+}
+
+// A slot, a completion queue, and the link in it.  Under hub.lock.  False
+// when the process has no slot or queue left.
 bool slot_take(Link *l) noexcept
 {
 	for (unsigned i = 0; i < MAX_LINKS; i++) {
 		if (hub.slots[i])
 			continue;
-		ibv_cq *&cq = hub.cq[i / LINKS_PER_CQ];
-		if (!cq) {
-			cq = v.ibv_create_cq(hub.ctx, LINKS_PER_CQ * (SEND_WR + RECVS), nullptr,
-					     hub.chan, 0);
-			if (!cq)
-				return false;
-			ibv_req_notify_cq(cq, 0);
-		}
+		l->cqi = cq_take();
+		if (l->cqi < 0)
+			return false;
 		l->slot = i;
 		l->gen = ++hub.gens[i];
 		hub.slots[i] = l;
 		top = std::max(top, i + 1);
+		unsigned n = 0;
+		for (unsigned c = 0; c < MAX_CQS; c++)
+			n += hub.cq_links[c];
+		if (n > hub.links_peak.load(std::memory_order_relaxed))
+			hub.links_peak.store(n, std::memory_order_relaxed);
 		return true;
 	}
 	return false;
@@ -432,7 +503,7 @@ bool link_prepare(Link *l) noexcept
 		return false;
 
 	ibv_qp_init_attr qa = {};
-	qa.send_cq = hub.cq[l->slot / LINKS_PER_CQ];
+	qa.send_cq = hub.cq[l->cqi];
 	qa.recv_cq = qa.send_cq;
 	qa.qp_type = IBV_QPT_RC;
 	qa.cap.max_send_wr = SEND_WR;
@@ -1672,8 +1743,13 @@ void after_fork_child() noexcept
 	hub.ctx = nullptr;
 	hub.pd = nullptr;
 	hub.chan = nullptr;
-	for (auto &cq : hub.cq)
-		cq = nullptr;
+	for (unsigned c = 0; c < MAX_CQS; c++) {
+		hub.cq[c] = nullptr;
+		hub.cq_room[c] = 0;
+		hub.cq_links[c] = 0;
+	}
+	hub.n_cqs.store(0, std::memory_order_relaxed);
+	hub.links_peak.store(0, std::memory_order_relaxed);
 	if (hub.avail > 0)
 		hub.avail = 0;
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
@@ -1794,6 +1870,15 @@ void bridge_up(int fd, Link *l) noexcept
 } // namespace
 
 // ---- the hooks -------------------------------------------------------------
+
+int sd_rdma_trace(char *buf, std::size_t len) noexcept
+{
+	const unsigned n = hub.n_cqs.load(std::memory_order_relaxed);
+	if (!n)
+		return 0;
+	return snprintf(buf, len, "%d rdma_cqs %u %u\n", getpid(), n,
+			hub.links_peak.load(std::memory_order_relaxed));
+}
 
 // A program thread spins, waiting (fast::Backoff): it polls the
 // completion queues and moves what came or is to go, so that a reply

@@ -340,6 +340,88 @@ def test_waits_of_two_threads_on_two_connections(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 2)
 
 
+MANY_CLIENT = """
+import os, socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+conns = [socket.create_connection((host, port)) for _ in range(n)]
+for rnd in range(4):
+    sent = [os.urandom(1 + (i * 389 + rnd * 1009) % 3000) for i in range(n)]
+    for c, d in zip(conns, sent):
+        c.sendall(d)
+    for i, (c, d) in enumerate(zip(conns, sent)):
+        got = b""
+        while len(got) < len(d):
+            chunk = c.recv(65536)
+            assert chunk, f"EOF on connection {i} in round {rnd}"
+            got += chunk
+        assert got == d, f"connection {i} echoed other bytes in round {rnd}"
+for c in conns:
+    c.close()
+print("ok")
+"""
+
+MANY_SERVER = """
+import socket, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+lst = socket.create_server(("", port), backlog=n)
+print("ready", flush=True)
+def serve(c):
+    with c:
+        while d := c.recv(65536):
+            c.sendall(d)
+threads = []
+for _ in range(n):
+    c, _ = lst.accept()
+    threads.append(threading.Thread(target=serve, args=(c,)))
+    threads[-1].start()
+for t in threads:
+    t.join()
+print("done", flush=True)
+"""
+
+
+def rdma_cqs(trace):
+    """SD_SHIM_TRACE's rdma_cqs line: (completion queues, most connections
+    at once) of the one process that wrote one."""
+    lines = [ln.split() for ln in trace.splitlines()
+             if ln.split()[1:2] == ["rdma_cqs"]]
+    assert len(lines) == 1, trace
+    return int(lines[0][2]), int(lines[0][3])
+
+
+def test_many_connections_share_one_completion_queue(peer, settings, tmp_path):
+    """100 RDMA connections open at once in one process on each host (a
+    client, and a server with a thread per connection), each carrying four
+    rounds of echoes, every byte checked: both processes' bridges carry all
+    of them through one completion queue, grown as the connections came
+    (SD_SHIM_TRACE's rdma_cqs line), and neither host counts a reset."""
+    n = 100
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    port = APP_PORT + 11
+    ptrace = f"/tmp/sd-many-{os.getpid()}.trace"
+    peer.run(["rm", "-f", ptrace])
+    srv = peer.spawn([SDRUN, sys.executable, "-c", MANY_SERVER, str(port), str(n)],
+                     env={"SD_SHIM_TRACE": ptrace})
+    try:
+        assert srv.readline() == "ready"
+        trace = tmp_path / "client.trace"
+        out = subprocess.run([SDRUN, sys.executable, "-c", MANY_CLIENT, peer.remote,
+                              str(port), str(n)], capture_output=True, text=True,
+                             timeout=600,
+                             env=dict(os.environ, SD_SHIM_TRACE=str(trace)))
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+        assert srv.readline() == "done"
+        assert srv.wait(60) == 0
+    finally:
+        srv.kill()
+    assert rdma_cqs(trace.read_text()) == (1, n)
+    got = peer.run(["cat", ptrace])
+    assert got["rc"] == 0, got
+    assert rdma_cqs(got["stdout"]) == (1, n)
+    assert_rdma_without_resets(peer, before, pbefore, n)
+
+
 REUSED = """
 import os, socket, sys, threading, time
 host, port = sys.argv[1], int(sys.argv[2])
