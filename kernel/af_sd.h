@@ -179,7 +179,11 @@ struct sd_sock {
 	sa_family_t		family;
 	bool			bound;		/* has a local port */
 	bool			nodelay;	/* TCP_NODELAY, stored only */
-	bool			connecting;	/* non-blocking connect reported */
+	/*
+	 * A non-blocking RDMA connect's rendezvous is on its way
+	 * (sd_connect_work()); written under the socket lock.
+	 */
+	bool			rdma_async;
 	bool			v6only;		/* bound :: takes no IPv4 */
 	bool			rdma_offer;	/* SD_RDMA_OFFER */
 	u8			side;		/* index in conn->end[] */
@@ -489,6 +493,7 @@ void sd_remote_exit(void);
 void sd_remote_net_init(struct net *net, struct sd_net *sn);
 void sd_remote_net_exit(struct sd_net *sn);
 int sd_remote_set_port(struct sd_net *sn, int port);
+void sd_remote_queue(struct work_struct *work);
 int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
 		  u8 *reason);
 struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,

@@ -1073,29 +1073,34 @@ out:
 
 /*
  * A redirected socket with an RDMA half connects to another host: ask
- * that host's monitor for an RDMA connection.  Returns 0 when connected, 1
- * when the connection is to be TCP (*@reason), or -errno.  Called with @sk
- * locked: the rendezvous waits under it, as a TCP connect would hold its
- * caller, up to net.sd.rendezvous_timeout_ms.
+ * that host's monitor for an RDMA connection, with the connect rules
+ * applied to @uid and @gid (the caller of connect).  @conn is the
+ * connection to make, or NULL to make one here; it is consumed either
+ * way.  Returns 0 when connected, 1 when the connection is to be TCP
+ * (*@reason), or -errno.  Called with @sk locked: the rendezvous waits
+ * under it, as a TCP connect would hold its caller, up to
+ * net.sd.rendezvous_timeout_ms (in connect, or in sd_connect_work()).
  */
 static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
+			   kuid_t uid, kgid_t gid, struct sd_conn *conn,
 			   u8 *reason)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct net *net = sock_net(sk);
 	bool autobound = false;
 	struct sd_link *link;
-	struct sd_conn *conn;
 	struct sd_addr local;
-	kuid_t uid;
-	kgid_t gid;
 	int err;
 
 	link = sd_link_dial(net, dst, &local.addr, reason);
-	if (IS_ERR(link))
-		return PTR_ERR(link);
-	if (!link)
-		return 1;
+	if (IS_ERR(link)) {
+		err = PTR_ERR(link);
+		goto out_conn;
+	}
+	if (!link) {
+		err = 1;
+		goto out_conn;
+	}
 
 	if (!ss->bound) {
 		local.port = 0;
@@ -1107,7 +1112,6 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 		ss->local.addr = local.addr;
 	}
 
-	sd_current_ids(&uid, &gid);
 	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, &ss->local,
 				  dst)) {
 	case SD_ACTION_ALLOW:
@@ -1123,7 +1127,8 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	}
 
 	err = -ENOMEM;
-	conn = sd_conn_alloc(net, sk);
+	if (!conn)
+		conn = sd_conn_alloc(net, sk);
 	if (!conn)
 		goto out_unbind;
 	ss->peer = *dst;
@@ -1136,7 +1141,6 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	if (err) {
 		sd_set_state(sk, TCP_CLOSE);
 		RCU_INIT_POINTER(conn->end[0], NULL);
-		sd_conn_put(conn);
 		goto out_unbind;
 	}
 	sd_link_put(link);
@@ -1150,7 +1154,148 @@ out_unbind:
 		sd_unhash(sk);
 out_link:
 	sd_link_put(link);
+out_conn:
+	if (conn)
+		sd_conn_put(conn);
 	return err;
+}
+
+/* A non-blocking RDMA connect's rendezvous, in the background. */
+struct sd_connect_job {
+	struct work_struct	work;
+	struct file		*file;		/* held: the socket's */
+	struct sock		*sk;
+	struct sd_conn		*conn;		/* made by the caller */
+	struct sd_addr		dst;
+	kuid_t			uid;
+	kgid_t			gid;
+	int			addr_len;
+	struct sockaddr_storage	addr;		/* for TCP's connect */
+};
+
+static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
+			  int addr_len, int flags, u8 reason,
+			  const struct sd_addr *dst);
+static void sd_wake(struct sock *sk);
+
+/*
+ * The end of a background connect that made no connection: @err for
+ * SO_ERROR and poll.  Called with @sk locked.
+ */
+static void sd_connect_failed(struct sock *sk, int err)
+{
+	if (err == -ECONNREFUSED)
+		WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
+	sd_set_state(sk, TCP_CLOSE);
+	WRITE_ONCE(sk->sk_err, -err);
+	sk_error_report(sk);
+}
+
+/* The background connect ended, its outcome in place (pairs: sd_poll()). */
+static void sd_connect_done(struct sd_sock *ss)
+{
+	/* The state, connection and error before the flag. */
+	smp_store_release(&ss->rdma_async, false);
+}
+
+/*
+ * sd_rdv_wq: what a blocking connect does in the call (sd_connect()), for
+ * a non-blocking one.  The socket is locked throughout, as the blocking
+ * connect holds it; its calls wait meanwhile, bounded by the rendezvous
+ * timeout, and poll says nothing until the end.  Then: connected (poll
+ * finds it writable, the next connect returns 0), refused or failed
+ * (SO_ERROR), or TCP, whose own non-blocking connect goes on from here.
+ */
+static void sd_connect_work(struct work_struct *work)
+{
+	struct sd_connect_job *job = container_of(work, struct sd_connect_job,
+						  work);
+	struct sock *sk = job->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	u8 reason = SD_FALLBACK_REMOTE;
+	struct socket *tcp;
+	int err;
+
+	lock_sock(sk);
+	err = sd_connect_rdma(sk, &job->dst, job->uid, job->gid, job->conn,
+			      &reason);
+	if (!err) {
+		sd_stat_inc(sock_net(sk), SD_STAT_CONNECTS);
+		sd_connect_done(ss);
+		release_sock(sk);
+		goto out;
+	}
+	/* As in sd_connect(): the half went with this attempt only. */
+	kfree(ss->rdma_half);
+	ss->rdma_half = NULL;
+	if (err < 0) {
+		sd_connect_failed(sk, err);
+		sd_connect_done(ss);
+		release_sock(sk);
+		goto out;
+	}
+	sd_set_state(sk, TCP_CLOSE);
+	sd_connect_done(ss);
+	/* Unlocks; TCP's connect goes on without us. */
+	err = sd_connect_tcp(sk, (struct sockaddr *)&job->addr, job->addr_len,
+			     O_NONBLOCK, reason, &job->dst);
+	if (err && err != -EINPROGRESS) {
+		/* It failed at once: SO_ERROR says so, as poll does. */
+		lock_sock(sk);
+		tcp = sd_tcp_sock(sk);
+		if (tcp) {
+			WRITE_ONCE(tcp->sk->sk_err, -err);
+			sk_error_report(tcp->sk);
+		} else {
+			sd_connect_failed(sk, err);
+		}
+		release_sock(sk);
+	}
+out:
+	sd_wake(sk);
+	/* The file last: its release may free the socket (it held sk). */
+	fput(job->file);
+	kfree(job);
+}
+
+/*
+ * A non-blocking connect of a socket that offers RDMA: the rendezvous goes
+ * on in the background (sd_connect_work()) and connect says EINPROGRESS at
+ * once.  The connection's rings are made here, charged to the caller.
+ * Called with @sk locked.
+ */
+static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
+				 int addr_len, const struct sd_addr *dst)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_connect_job *job;
+
+	job = kzalloc(sizeof(*job), GFP_KERNEL_ACCOUNT);
+	if (!job)
+		return -ENOMEM;
+	job->conn = sd_conn_alloc(sock_net(sk), sk);
+	if (!job->conn) {
+		kfree(job);
+		return -ENOMEM;
+	}
+	job->dst = *dst;
+	sd_current_ids(&job->uid, &job->gid);
+	/* sys_connect copied at most a sockaddr_storage. */
+	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
+	memcpy(&job->addr, uaddr, job->addr_len);
+	/*
+	 * The file, not only the socket: a close meanwhile must not release
+	 * the TCP socket that the work may connect (the connect call holds
+	 * the file the same way).
+	 */
+	job->file = get_file(sk->sk_socket->file);
+	job->sk = sk;
+	INIT_WORK(&job->work, sd_connect_work);
+	WRITE_ONCE(ss->rdma_async, true);
+	sd_set_state(sk, TCP_SYN_SENT);
+	sk->sk_socket->state = SS_CONNECTING;
+	sd_remote_queue(&job->work);
+	return -EINPROGRESS;
 }
 
 /*
@@ -1214,6 +1359,9 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 
 	if (tcp)
 		return tcp->ops->connect(tcp, uaddr, addr_len, flags);
+	/* Its rendezvous holds the lock (sd_connect_work()). */
+	if (READ_ONCE(ss->rdma_async))
+		return -EALREADY;
 	lock_sock(sk);
 	/*
 	 * A connect of another thread may have fallen back while this one
@@ -1232,7 +1380,9 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		goto out;
 	case SS_CONNECTING:
 		/* A non-blocking connect was told EINPROGRESS: report. */
-		if (ss->conn && sk->sk_state != TCP_CLOSE) {
+		if (ss->rdma_async) {
+			err = -EALREADY;
+		} else if (ss->conn && sk->sk_state != TCP_CLOSE) {
 			sock->state = SS_CONNECTED;
 			err = 0;
 		} else {
@@ -1275,7 +1425,13 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		if (ss->redirected && ss->rdma_half) {
 			/* Its process offers RDMA (libsd's bridge). */
 			ss->family = family;
-			err = sd_connect_rdma(sk, &dst, &reason);
+			if (nonblock && sock->file) {
+				err = sd_connect_rdma_async(sk, uaddr, addr_len,
+							    &dst);
+				goto out;
+			}
+			sd_current_ids(&uid, &gid);
+			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, &reason);
 			if (!err) {
 				sd_stat_inc(net, SD_STAT_CONNECTS);
 				goto connected;

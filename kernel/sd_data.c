@@ -149,6 +149,34 @@ static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
 	rcu_read_unlock();
 }
 
+/*
+ * A non-blocking connect's rendezvous (sd_connect_work()) has not taken
+ * the socket yet: wait for its end as TCP's calls wait for the handshake.
+ * Returns 0 to go on, 1 when the socket fell back to TCP meanwhile (the
+ * call is TCP's), -EAGAIN when @timeo is up.  Called with @sk locked.
+ */
+static int sd_wait_async_connect(struct sock *sk, long *timeo)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sd_sock *ss = sd_sk(sk);
+	int err = 0;
+
+	add_wait_queue(sk_sleep(sk), &wait);
+	while (READ_ONCE(ss->rdma_async)) {
+		if (!*timeo) {
+			err = -EAGAIN;
+			break;
+		}
+		if (signal_pending(current)) {
+			err = sock_intr_errno(*timeo);
+			break;
+		}
+		sk_wait_event(sk, timeo, !READ_ONCE(ss->rdma_async), &wait);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	return err ? : sd_tcp_sock(sk) ? 1 : 0;
+}
+
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
@@ -170,6 +198,14 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	if (err)
 		return err;
 	timeo = sock_sndtimeo(sk, nonblock);
+	if (unlikely(ss->rdma_async)) {
+		err = sd_wait_async_connect(sk, &timeo);
+		if (err) {
+			sd_unlock_call(sk, true);
+			tcp = sd_tcp_sock(sk);
+			return err > 0 ? tcp->ops->sendmsg(tcp, msg, len) : err;
+		}
+	}
 	add_wait_queue(sk_sleep(sk), &wait);
 	for (;;) {
 		size_t n;
@@ -291,6 +327,15 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	err = sd_lock_call(sk, false, nonblock);
 	if (err)
 		return err;
+	timeo = sock_rcvtimeo(sk, nonblock);
+	if (unlikely(ss->rdma_async)) {
+		err = sd_wait_async_connect(sk, &timeo);
+		if (err) {
+			sd_unlock_call(sk, false);
+			tcp = sd_tcp_sock(sk);
+			return err > 0 ? tcp->ops->recvmsg(tcp, msg, len, flags) : err;
+		}
+	}
 	err = -ENOTCONN;
 	if (sk->sk_state == TCP_LISTEN || !ss->conn)
 		goto out;
@@ -300,7 +345,6 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	if (!len)
 		goto out;
 	len = min_t(size_t, len, INT_MAX);
-	timeo = sock_rcvtimeo(sk, nonblock);
 	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);
 	add_wait_queue(sk_sleep(sk), &wait);
 	for (;;) {
@@ -419,6 +463,9 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 		return tcp->ops->poll(file, tcp, wait);
 	sock_poll_wait(file, sock, wait);
 
+	/* A background connect (sd_connect_work()): nothing yet. */
+	if (smp_load_acquire(&ss->rdma_async))
+		return 0;
 	state = sd_get_state(sk);
 	if (state == TCP_LISTEN)
 		return list_empty_careful(&ss->accept_list) &&

@@ -1580,6 +1580,12 @@ void sd_remote_net_exit(struct sd_net *sn)
 	sd_peers_flush(sn);
 }
 
+/* Queue @work where the rendezvous jobs run (sd_connect_work()). */
+void sd_remote_queue(struct work_struct *work)
+{
+	queue_work(sd_rdv_wq, work);
+}
+
 int sd_remote_init(void)
 {
 	/* Jobs may sleep up to the timeout: unbound, never the system's. */

@@ -80,6 +80,8 @@ constexpr std::int64_t ADOPT_POLL_NS = 100'000'000;	// a child looks for a left 
 constexpr std::int64_t MOVE_WAIT_NS = 10'000'000'000;	// the peer's successor comes by then
 constexpr std::int64_t HANDOVER_RETRY_NS = 1'000'000'000;	// after a refused handover
 constexpr unsigned MAX_ORPHANS = 64;
+constexpr unsigned MAX_PENDING = 64;
+constexpr std::int64_t PENDING_GIVE_UP_NS = 120'000'000'000;	// beyond any rendezvous
 
 // ---- libibverbs, opened on first use --------------------------------------
 
@@ -193,6 +195,17 @@ struct Hub {
 		ino_t ino;
 	} orphans[MAX_ORPHANS] = {};
 	unsigned n_orphans = 0;
+	// Non-blocking connects whose rendezvous the module makes in the
+	// background (sd_rdma_connect()): the program's descriptor, our
+	// copy of it (so that the socket is the same one when it ends), the
+	// socket's inode, and the link made for it.
+	struct Pending {
+		int fd, dup;
+		ino_t ino;
+		Link *l;
+		std::int64_t since;
+	} pending[MAX_PENDING] = {};
+	unsigned n_pending = 0;
 	std::atomic<bool> exiting{false};
 	bool ask_now = false;		// a new image's orphans: no wait for an exec
 	bool execing = false;		// the process execs: no orphan taken up
@@ -571,6 +584,18 @@ bool link_connect(Link *l, const sd_rdma_half &p) noexcept
 	return true;
 }
 
+// Where the descriptors of our own go: half the descriptor limit, out of
+// the way of a program that expects the lowest free one.
+int high_fd() noexcept
+{
+	rlimit rl = {};
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur > 1024)
+		return static_cast<int>(std::min<rlim_t>(rl.rlim_cur / 2, 1 << 20));
+	if (rl.rlim_cur > 512)
+		return static_cast<int>(rl.rlim_cur / 2);
+	return 256;
+}
+
 // The bridge's descriptor of socket fd, placed above the program's usual
 // descriptors (a process that exits closes its descriptors in order: the
 // socket should go first, see Documentation/rdma.rst), the rings mapped
@@ -586,13 +611,7 @@ bool link_attach(Link *l, int fd, int b = -1, const sd_rdma_move *at = nullptr) 
 	l->sfd = fd;
 	if (!fstat(fd, &st))
 		l->sino = st.st_ino;
-	rlimit rl = {};
-	int floor = 256;
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur > 1024)
-		floor = static_cast<int>(std::min<rlim_t>(rl.rlim_cur / 2, 1 << 20));
-	else if (rl.rlim_cur > 512)
-		floor = static_cast<int>(rl.rlim_cur / 2);
-	const int high = real::fcntl()(b, F_DUPFD_CLOEXEC, floor);
+	const int high = real::fcntl()(b, F_DUPFD_CLOEXEC, high_fd());
 	if (high >= 0) {
 		real::close()(b);
 		l->bfd = high;
@@ -1355,6 +1374,84 @@ void after_sleep(bool woken_by_chan) noexcept
 	pthread_mutex_unlock(&hub.lock);
 }
 
+// ---- non-blocking connects -------------------------------------------------
+
+// A non-blocking connect of socket fd offering RDMA with link l said
+// EINPROGRESS: the module makes the rendezvous in the background.  The
+// thread follows it, with a copy of the descriptor of its own (the
+// program may close or reuse its number meanwhile), and sets up the
+// bridge when it ends (pending_check()).  Under hub.lock.  False when it
+// cannot follow it.
+bool pending_add(int fd, Link *l) noexcept
+{
+	struct stat st;
+
+	if (hub.n_pending == MAX_PENDING || fstat(fd, &st) || !thread_start())
+		return false;
+	const int dup = real::fcntl()(fd, F_DUPFD_CLOEXEC, high_fd());
+	if (dup < 0)
+		return false;
+	hub.pending[hub.n_pending++] = {fd, dup, st.st_ino, l, fast::now_ns()};
+	kick();
+	return true;
+}
+
+// The end of pending connect i, whose transport is t now: its bridge if
+// the monitors agreed on RDMA (reset if it cannot be had), its link
+// dropped otherwise.  Under hub.lock.
+void pending_end(unsigned i, int t) noexcept
+{
+	const Hub::Pending p = hub.pending[i];
+	struct stat st;
+
+	hub.pending[i] = hub.pending[--hub.n_pending];
+	if (t == SD_TRANSPORT_RDMA) {
+		if (link_attach(p.l, p.dup)) {
+			// The program's number, if it still is this socket's.
+			p.l->sfd = !fstat(p.fd, &st) && st.st_ino == p.ino ? p.fd : -1;
+			if (link_start(p.l)) {
+				real::close()(p.dup);
+				return;
+			}
+		}
+		if (p.l->bfd < 0) {
+			std::uint32_t o = SD_RDMA_OP_RESET;
+			(void)real::ioctl()(p.dup, SD_IOC_RDMA, &o);
+		}
+	}
+	link_drop(p.l);		// closing the bridge's descriptor resets
+	real::close()(p.dup);
+}
+
+// Pending connects that ended, each set up or dropped: poll says so of
+// the socket (writable, or an error), or it fell back to TCP (whose own
+// connect may take long; transport() fails on a TCP socket).  Under
+// hub.lock.  Returns whether any ended.
+bool pending_check() noexcept
+{
+	pollfd p[MAX_PENDING];
+	const unsigned n = hub.n_pending;
+	bool any = false;
+
+	if (!n)
+		return false;
+	for (unsigned i = 0; i < n; i++)
+		p[i] = {hub.pending[i].dup, POLLOUT, 0};
+	if (real::poll()(p, n, 0) < 0)
+		return false;
+	const std::int64_t now = fast::now_ns();
+	// Backwards: an end moves the last one into its place.
+	for (unsigned i = n; i-- > 0;) {
+		const int t = transport(hub.pending[i].dup);
+		if (!p[i].revents && t == SD_TRANSPORT_NONE &&
+		    now - hub.pending[i].since < PENDING_GIVE_UP_NS)
+			continue;
+		pending_end(i, t);
+		any = true;
+	}
+	return any;
+}
+
 // Sleep until a completion or a kick (bounded).
 void wait_events() noexcept
 {
@@ -1381,6 +1478,12 @@ void wait_events() noexcept
 	int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
 	if (blind)
 		ms = std::min(ms, BLIND_MS);
+	// The ends of pending connects wake us too (pending_check()).  Only
+	// this thread closes their copies, so they stay open while it polls.
+	pollfd p[2 + MAX_PENDING];
+	const unsigned nfds = 2 + hub.n_pending;
+	for (unsigned i = 2; i < nfds; i++)
+		p[i] = {hub.pending[i - 2].dup, POLLOUT, 0};
 	pthread_mutex_unlock(&hub.lock);
 	if (now)
 		return;
@@ -1390,8 +1493,9 @@ void wait_events() noexcept
 		nanosleep(&ts, nullptr);
 		return;
 	}
-	pollfd p[2] = {{blind ? -1 : hub.chan->fd, POLLIN, 0}, {hub.ev, POLLIN, 0}};
-	if (real::poll()(p, 2, ms) <= 0)
+	p[0] = {blind ? -1 : hub.chan->fd, POLLIN, 0};
+	p[1] = {hub.ev, POLLIN, 0};
+	if (real::poll()(p, nfds, ms) <= 0)
 		return;
 	if (p[0].revents & POLLIN) {
 		pthread_mutex_lock(&hub.lock);
@@ -1612,7 +1716,8 @@ void *bridge_main(void *) noexcept
 			pthread_mutex_unlock(&hub.lock);
 			exit(0);
 		}
-		if (!fast::rdma_links.load(std::memory_order_relaxed) && !hub.n_orphans) {
+		if (!fast::rdma_links.load(std::memory_order_relaxed) && !hub.n_orphans &&
+		    !hub.n_pending) {
 			const std::int64_t now = fast::now_ns();
 			if (!idle_since) {
 				idle_since = now;
@@ -1629,6 +1734,7 @@ void *bridge_main(void *) noexcept
 			looked = fast::now_ns();
 			moved = adopt_orphans();
 		}
+		moved |= pending_check();
 		moved |= poll_cqs();
 		for (unsigned i = 0; i < MAX_LINKS; i++) {
 			Link *l = hub.slots[i];
@@ -1714,6 +1820,10 @@ void drain() noexcept
 // parent's objects stay behind in its memory, unused.
 void after_fork_child() noexcept
 {
+	// The parent's pending connects are its own to follow.
+	for (unsigned i = 0; i < hub.n_pending; i++)
+		real::close()(hub.pending[i].dup);
+	hub.n_pending = 0;
 	hub.n_orphans = 0;
 	for (unsigned i = 0; i < MAX_LINKS; i++) {
 		const Link *l = hub.slots[i];
@@ -2162,10 +2272,29 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 	}
 	*result = real::connect()(fd, addr, len);
 	const int err = errno;
-	// A non-blocking connect carried over RDMA is connected already when
-	// it says EINPROGRESS (the rendezvous is done), as TCP's may be.
-	if ((*result == 0 || err == EINPROGRESS) && transport(fd) == SD_TRANSPORT_RDMA) {
+	const bool inprogress = *result < 0 && err == EINPROGRESS;
+	const int t = *result == 0 || inprogress ? transport(fd) : -1;
+	if (t == SD_TRANSPORT_RDMA) {
 		bridge_up(fd, l);
+	} else if (inprogress && t == SD_TRANSPORT_NONE) {
+		// Non-blocking: the module makes the rendezvous in the
+		// background, and the thread sets up the bridge after it.
+		pthread_mutex_lock(&hub.lock);
+		const bool followed = pending_add(fd, l);
+		pthread_mutex_unlock(&hub.lock);
+		if (!followed) {
+			// No room to follow it: wait for its end here.
+			pollfd p = {fd, POLLOUT, 0};
+			while (real::poll()(&p, 1, -1) < 0 && errno == EINTR) {
+			}
+			if (transport(fd) == SD_TRANSPORT_RDMA) {
+				bridge_up(fd, l);
+			} else {
+				pthread_mutex_lock(&hub.lock);
+				link_drop(l);
+				pthread_mutex_unlock(&hub.lock);
+			}
+		}
 	} else {
 		pthread_mutex_lock(&hub.lock);
 		link_drop(l);

@@ -16,6 +16,7 @@ Every socket lives in a Python process of its namespace (an agent, driven
 over a pipe, that runs each request in a thread of its own), so that a call
 can block on one host while the test acts on the other, and a process can
 be killed.  Every wait is bounded."""
+import errno
 import json
 import os
 import pathlib
@@ -725,6 +726,11 @@ def serve(i, c):
                 c.sendall(os.urandom(op[1]))
             elif op[0] == "sleep":
                 time.sleep(op[1])
+            elif op[0] == "wait":
+                # Until the test creates the file (bounded).
+                end = time.monotonic() + 60
+                while not os.path.exists(op[1]) and time.monotonic() < end:
+                    time.sleep(0.02)
             elif op[0] == "close":
                 c.close()
                 emit(conn=i, end="closed")
@@ -754,7 +760,8 @@ while True:
 class FakeMonitor:
     """plans: for each connection it accepts (the last plan repeats), what
     to do after reading the request: ["send", hex], ["noise", n],
-    ["sleep", s], ["close"]; then it reads (and reports) until the end."""
+    ["sleep", s], ["wait", path] (until the file exists), ["close"]; then
+    it reads (and reports) until the end."""
 
     def __init__(self, plans):
         self.events = []
@@ -1771,6 +1778,102 @@ def test_each_answer_of_a_monitor_is_obeyed(h):
     assert fallbacks(got) == {"fallback_no_rdma": 1, "fallback_no_listener": 1,
                               "fallback_busy": 1}, got
     assert "rdv_failed" not in got and "rdma_connects" not in got, got
+
+
+NONBLOCKING_ANSWERS = {
+    "accepted": ST_ACCEPTED,
+    "refused": ST_REFUSED,
+    "no_rdma": ST_NO_RDMA,
+}
+
+
+@pytest.mark.parametrize("answer", sorted(NONBLOCKING_ANSWERS))
+def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
+                                                              answer):
+    """A non-blocking connect that offers RDMA says EINPROGRESS while B's
+    (fake) monitor holds its request unanswered (it waits for a file the
+    test makes only after): meanwhile poll says nothing, SO_ERROR is 0,
+    the transport none, another connect EALREADY.  Then the answer: once
+    accepted, poll finds the socket writable, the next connect returns 0
+    and the monitor's half arrives; refused, poll finds it failed,
+    SO_ERROR is ECONNREFUSED and the next connect ECONNABORTED, as TCP's; NO_RDMA, the socket becomes TCP, whose own
+    connect to B's echo server goes on, and the bytes echo."""
+    go = tmp_path / "go"
+    hb = new_half()
+    st = NONBLOCKING_ANSWERS[answer]
+    plan = [["wait", str(go)],
+            ["send", (reply(st) + (half_msg(hb) if answer == "accepted"
+                                   else b"")).hex()]]
+    if answer == "no_rdma":
+        h.echo_server()
+        plan.append(["close"])
+    fake = h.fake_monitor([plan])
+    da = Counters(A)
+    ha = new_half()
+    got = h.a.call(f"""
+        S['c'] = rsock(half={ha!r})
+        S['c'].setblocking(False)
+        return Family.connect(S['c'], {ADDR_B!r}, {PORT})""")
+    assert got == "EINPROGRESS", got
+    req = fake.request(0)
+    assert req[:14] == rdma_request(PORT, 0, ha)[:14] and req[16:] == ha, req
+    assert h.a.call("""
+        s = S['c']
+        return [select.select([s], [s], [s], 0) == ([], [], []),
+                s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR),
+                transport('c')]""") == [True, 0, TRANSPORT_NONE]
+    assert h.a.call(f"return Family.connect(S['c'], {ADDR_B!r}, {PORT})") \
+        == "EALREADY"
+    go.touch()
+    assert h.a.call("return bool(select.select([], [S['c']], [], 15)[1])")
+    err = h.a.call("return S['c'].getsockopt(socket.SOL_SOCKET, "
+                   "socket.SO_ERROR)")
+    if answer == "accepted":
+        assert err == 0
+        assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+        assert h.a.call(f"return Family.connect(S['c'], {ADDR_B!r}, "
+                        f"{PORT})") == "OK"
+        assert h.a.call("return peer_half('c', timeout=10)") == hb
+        cport = h.a.call("return sockname(S['c'])[1]")
+        assert req == rdma_request(PORT, cport, ha)
+        got = da()
+        assert got.get("rdma_connects") == 1 and not fallbacks(got), got
+    elif answer == "refused":
+        assert err == errno.ECONNREFUSED
+        # As TCP's: SO_ERROR took the error, the next connect finds none.
+        assert h.a.call(f"return Family.connect(S['c'], {ADDR_B!r}, "
+                        f"{PORT})") == "ECONNABORTED"
+        got = da()
+        assert not fallbacks(got) and "rdma_connects" not in got, got
+    else:
+        assert err == 0
+        assert h.a.call("""
+            S['c'].setblocking(True)
+            return [kind('c'), echo('c')]""") == ["tcp", True]
+        e = one(sockets_to(A, ADDR_B, PORT))
+        assert e.get("fallback") == "no_rdma", e
+        assert fallbacks(da()) == {"fallback_no_rdma": 1}, da()
+
+
+def test_close_while_the_rendezvous_is_on_its_way(h, tmp_path):
+    """A non-blocking RDMA connect's socket closed while the (fake) monitor
+    holds its request: close returns at once; once the monitor accepts,
+    the module ends the connection over the link, as the close of any
+    connected socket would, and leaves no socket behind (the fixture's
+    check, the harness's kernel log and kmemleak checks)."""
+    go = tmp_path / "go"
+    fake = h.fake_monitor([[["wait", str(go)],
+                            ["send", (reply(ST_ACCEPTED) +
+                                      half_msg(new_half())).hex()]]])
+    assert h.a.call(f"""
+        S['c'] = rsock(half=os.urandom(80))
+        S['c'].setblocking(False)
+        return Family.connect(S['c'], {ADDR_B!r}, {PORT})""") == "EINPROGRESS"
+    fake.request(0)
+    h.a.call("close('c')")
+    go.touch()
+    assert link_end(*fake.stream(0, timeout=20)) in ("clean", "reset")
+    assert wait_for(lambda: af_sd_sockets(A) == 0, 15), af_sd_sockets(A)
 
 
 def test_a_half_and_a_clean_close_in_one_write(h):

@@ -477,6 +477,52 @@ def parent_exits_child_carries_on(role):
 
 
 @scenario
+def nonblocking_connect_epoll(role):
+    """An event loop's connect (nginx's way): non-blocking, registered
+    with epoll, edge-triggered, once connect said EINPROGRESS; writable
+    when connected; then 200 kB each way through the same epoll, every
+    byte checked."""
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.log("echoed", echo_until_eof(c))
+        c.close()
+
+    def client(t, addr):
+        s = socket.socket()
+        s.setblocking(False)
+        t.log("connect_ex", errno.errorcode.get(s.connect_ex(addr), "0"))
+        ep = select.epoll()
+        ep.register(s, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP |
+                    select.EPOLLET)
+        ev = ep.poll(30)
+        t.log("writable", bool(ev) and bool(ev[0][1] & select.EPOLLOUT))
+        t.log("SO_ERROR", s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
+        msg, got, sent = pattern(200000, 5), bytearray(), 0
+        deadline = time.monotonic() + 60
+        while len(got) < len(msg) and time.monotonic() < deadline:
+            while sent < len(msg):
+                try:
+                    sent += s.send(msg[sent:sent + 65536])
+                except BlockingIOError:
+                    break
+                if sent == len(msg):
+                    s.shutdown(socket.SHUT_WR)
+            while True:
+                try:
+                    d = s.recv(65536)
+                except BlockingIOError:
+                    break
+                if not d:
+                    break
+                got += d
+            ep.poll(1)
+        t.log("echo", bytes(got) == msg)
+        ep.close()
+        s.close()
+    return server if role == "server" else client
+
+
+@scenario
 def parent_lives_child_carries_on(role):
     """The client forks and closes its copy of the connection, with most of
     the server's 4 MiB answer still on its way, and lives on, waiting for
