@@ -380,17 +380,25 @@ def waits_end_as_told(role):
     return server if role == "server" else client
 
 
+def echo_half(t, lst):
+    """A server half: echo one connection until its end of stream."""
+    c, _ = lst.accept()
+    t.log("echoed", echo_until_eof(c))
+    c.close()
+
+
+def connect_nonblocking(t, addr):
+    """A non-blocking socket whose connect was made (what it said logged)."""
+    s = socket.socket()
+    s.setblocking(False)
+    t.log("connect_ex", errno.errorcode.get(s.connect_ex(addr), "0"))
+    return s
+
+
 @scenario
 def nonblocking_connect(role):
-    def server(t, lst):
-        c, _ = lst.accept()
-        t.log("echoed", echo_until_eof(c))
-        c.close()
-
     def client(t, addr):
-        s = socket.socket()
-        s.setblocking(False)
-        t.log("connect_ex", errno.errorcode.get(s.connect_ex(addr), "0"))
+        s = connect_nonblocking(t, addr)
         t.log("writable", pollmask(s, 30000, ["OUT"]))
         t.log("SO_ERROR", s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR))
         s.setblocking(True)
@@ -398,7 +406,7 @@ def nonblocking_connect(role):
         s.shutdown(socket.SHUT_WR)
         t.log("echo", recv_all(s) == pattern(50000, 1))
         s.close()
-    return server if role == "server" else client
+    return echo_half if role == "server" else client
 
 
 @scenario
@@ -482,15 +490,8 @@ def nonblocking_connect_epoll(role):
     with epoll, edge-triggered, once connect said EINPROGRESS; writable
     when connected; then 200 kB each way through the same epoll, every
     byte checked."""
-    def server(t, lst):
-        c, _ = lst.accept()
-        t.log("echoed", echo_until_eof(c))
-        c.close()
-
     def client(t, addr):
-        s = socket.socket()
-        s.setblocking(False)
-        t.log("connect_ex", errno.errorcode.get(s.connect_ex(addr), "0"))
+        s = connect_nonblocking(t, addr)
         ep = select.epoll()
         ep.register(s, select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP |
                     select.EPOLLET)
@@ -519,7 +520,7 @@ def nonblocking_connect_epoll(role):
         t.log("echo", bytes(got) == msg)
         ep.close()
         s.close()
-    return server if role == "server" else client
+    return echo_half if role == "server" else client
 
 
 @scenario
