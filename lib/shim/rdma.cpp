@@ -1376,6 +1376,22 @@ void after_sleep(bool woken_by_chan) noexcept
 
 // ---- non-blocking connects -------------------------------------------------
 
+// bridge_up() under hub.lock, through descriptor fd of the socket; sfd is
+// the program's number for it (-1: none any more).
+void bridge_up_locked(int fd, Link *l, int sfd) noexcept
+{
+	if (link_attach(l, fd)) {
+		l->sfd = sfd;
+		if (link_start(l))
+			return;
+	}
+	if (l->bfd < 0) {
+		std::uint32_t o = SD_RDMA_OP_RESET;
+		(void)real::ioctl()(fd, SD_IOC_RDMA, &o);
+	}
+	link_drop(l);	// closing the bridge's descriptor resets
+}
+
 // A non-blocking connect of socket fd offering RDMA with link l said
 // EINPROGRESS: the module makes the rendezvous in the background.  The
 // thread follows it, with a copy of the descriptor of its own (the
@@ -1405,21 +1421,12 @@ void pending_end(unsigned i, int t) noexcept
 	struct stat st;
 
 	hub.pending[i] = hub.pending[--hub.n_pending];
-	if (t == SD_TRANSPORT_RDMA) {
-		if (link_attach(p.l, p.dup)) {
-			// The program's number, if it still is this socket's.
-			p.l->sfd = !fstat(p.fd, &st) && st.st_ino == p.ino ? p.fd : -1;
-			if (link_start(p.l)) {
-				real::close()(p.dup);
-				return;
-			}
-		}
-		if (p.l->bfd < 0) {
-			std::uint32_t o = SD_RDMA_OP_RESET;
-			(void)real::ioctl()(p.dup, SD_IOC_RDMA, &o);
-		}
-	}
-	link_drop(p.l);		// closing the bridge's descriptor resets
+	// With the program's number for it, if it still is this socket's.
+	if (t == SD_TRANSPORT_RDMA)
+		bridge_up_locked(p.dup, p.l,
+				 !fstat(p.fd, &st) && st.st_ino == p.ino ? p.fd : -1);
+	else
+		link_drop(p.l);
 	real::close()(p.dup);
 }
 
@@ -1967,13 +1974,7 @@ void after_exec_failed() noexcept
 void bridge_up(int fd, Link *l) noexcept
 {
 	pthread_mutex_lock(&hub.lock);
-	if (!link_attach(l, fd) || !link_start(l)) {
-		if (l->bfd < 0) {
-			std::uint32_t o = SD_RDMA_OP_RESET;
-			(void)real::ioctl()(fd, SD_IOC_RDMA, &o);
-		}
-		link_drop(l);	// closing the bridge's descriptor resets
-	}
+	bridge_up_locked(fd, l, fd);
 	pthread_mutex_unlock(&hub.lock);
 }
 
