@@ -957,7 +957,18 @@ def break_and_wait(how, srv, cli, peer):
     found working again (rdma_path_back)."""
     restore = None
     try:
-        assert cli.poll() is None, cli.communicate()
+        if cli.poll() is not None:
+            # What the server on B said, and the counters, name the
+            # side that failed first.
+            out, err = cli.communicate()
+            try:
+                srv.wait(10)
+            except (OSError, ConnectionError):
+                pass
+            pytest.fail(f"the client ended before the path broke "
+                        f"(status {cli.returncode}): {out}{err}"
+                        f"server on B (status {srv.rc}): {srv.stderr}\n"
+                        f"counters: A {stats()}\nB {stats(peer)}")
         restore = break_path(how, srv)
         t0 = time.monotonic()
         if how == "link":

@@ -45,6 +45,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <vector>
 
 #include "rdma_verbs.hpp"
@@ -117,7 +118,9 @@ public:
 
 		std::memcpy(mine_.gid, dev_.gid.raw, 16);
 		mine_.qpn = qp_->qp_num;
-		mine_.psn = static_cast<std::uint32_t>(std::rand()) & 0xffffff;
+		// A first PSN of its own, so that nothing left of another
+		// connection's packets falls into this one's window.
+		mine_.psn = std::random_device{}() & 0xffffff;
 		mine_.ring_addr = reinterpret_cast<std::uint64_t>(landing_);
 		mine_.ring_rkey = mr_->rkey;
 		mine_.ring_size = land_size;
@@ -216,6 +219,25 @@ private:
 		failed_ = true;
 	}
 
+	// A queue pair in error flushes every other request, and the
+	// completion that says why may come after those of the flushed
+	// receives: name it, and which side it was.
+	void fail_with(const ibv_wc *wc, const ibv_wc *end)
+	{
+		const ibv_wc *why = wc;
+		for (const ibv_wc *w = wc; w < end; w++) {
+			if (w->status != IBV_WC_SUCCESS && w->status != IBV_WC_WR_FLUSH_ERR) {
+				why = w;
+				break;
+			}
+		}
+		char msg[160];
+		std::snprintf(msg, sizeof(msg), "%s (%s, vendor error %u)",
+			      ibv_wc_status_str(why->status),
+			      why->wr_id == 1 ? "receive" : "write", why->vendor_err);
+		fail(msg);
+	}
+
 	void post_recv()
 	{
 		ibv_recv_wr wr = {}, *bad = nullptr;
@@ -253,7 +275,7 @@ private:
 			die("ibv_poll_cq", EIO);
 		for (int i = 0; i < n; i++) {
 			if (wc[i].status != IBV_WC_SUCCESS) {
-				fail(ibv_wc_status_str(wc[i].status));
+				fail_with(wc + i, wc + n);
 				return true;
 			}
 			if (wc[i].opcode != IBV_WC_RECV_RDMA_WITH_IMM) {
