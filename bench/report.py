@@ -712,7 +712,7 @@ REMOTE_HOW = {
     "sd-rdma": "sockperf under sdrun, libsd's bridge",
     "sd-rdma-proto": "sd_rdma_pipe, no module, 64 B round trips",
     "rdma-write": "perftest ib_write_lat, ib_write_bw",
-    ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librspreload.so",
+    ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librsfix.so librspreload.so",
     ("rsocket", "rstream"): "rstream (rdmacm-utils), blocking",
     "sd-fallback": "sockperf under sdrun, SD_RDMA=0",
     "tcp": "sockperf",
