@@ -181,7 +181,8 @@ struct sd_sock {
 	bool			nodelay;	/* TCP_NODELAY, stored only */
 	/*
 	 * A non-blocking RDMA connect's rendezvous is on its way
-	 * (sd_connect_work()); written under the socket lock.
+	 * (sd_connect_work(), which lets the socket lock go while it waits
+	 * for the other monitor); written under the socket lock.
 	 */
 	bool			rdma_async;
 	bool			v6only;		/* bound :: takes no IPv4 */

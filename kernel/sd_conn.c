@@ -1077,13 +1077,18 @@ out:
  * applied to @uid and @gid (the caller of connect).  @conn is the
  * connection to make, or NULL to make one here; it is consumed either
  * way.  Returns 0 when connected, 1 when the connection is to be TCP
- * (*@reason), or -errno.  Called with @sk locked: the rendezvous waits
- * under it, as a TCP connect would hold its caller, up to
- * net.sd.rendezvous_timeout_ms (in connect, or in sd_connect_work()).
+ * (*@reason), or -errno.  Called with @sk locked.  The two waits for the
+ * other monitor (its dial and its answer, each bounded by
+ * net.sd.rendezvous_timeout_ms) keep the lock in a blocking connect, whose
+ * caller waits anyway, and let it go in sd_connect_work() (@bg): there
+ * the socket's rdma_async keeps its connect, sends and receives off it,
+ * shutdown waits for the end, SD_RDMA_LOCAL finds a half in place
+ * (EALREADY), and bind and listen find it bound or connecting, while its
+ * other calls go on.
  */
 static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 			   kuid_t uid, kgid_t gid, struct sd_conn *conn,
-			   u8 *reason)
+			   bool bg, u8 *reason)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct net *net = sock_net(sk);
@@ -1092,7 +1097,11 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	struct sd_addr local;
 	int err;
 
+	if (bg)
+		release_sock(sk);
 	link = sd_link_dial(net, dst, &local.addr, reason);
+	if (bg)
+		lock_sock(sk);
 	if (IS_ERR(link)) {
 		err = PTR_ERR(link);
 		goto out_conn;
@@ -1136,8 +1145,16 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	rcu_assign_pointer(conn->end[0], sk);
 	/* Before the link may reset it. */
 	sd_set_state(sk, TCP_ESTABLISHED);
+	/*
+	 * Unlocked (@bg), the half stays: SD_RDMA_LOCAL does not replace
+	 * one, and only this job frees it.
+	 */
+	if (bg)
+		release_sock(sk);
 	err = sd_link_request(link, conn, dst, ss->local.port, ss->rdma_half,
 			      reason);
+	if (bg)
+		lock_sock(sk);
 	if (err) {
 		sd_set_state(sk, TCP_CLOSE);
 		RCU_INIT_POINTER(conn->end[0], NULL);
@@ -1200,11 +1217,12 @@ static void sd_connect_done(struct sd_sock *ss)
 
 /*
  * sd_rdv_wq: what a blocking connect does in the call (sd_connect()), for
- * a non-blocking one.  The socket is locked throughout, as the blocking
- * connect holds it; its calls wait meanwhile, bounded by the rendezvous
- * timeout, and poll says nothing until the end.  Then: connected (poll
- * finds it writable, the next connect returns 0), refused or failed
- * (SO_ERROR), or TCP, whose own non-blocking connect goes on from here.
+ * a non-blocking one, with the socket unlocked while it waits for the
+ * other monitor (sd_connect_rdma()); poll says nothing until the end,
+ * and sends, receives and shutdown wait for it (EAGAIN when
+ * non-blocking).  Then: connected (poll finds it writable, the next
+ * connect returns 0), refused or failed (SO_ERROR), or TCP, whose own
+ * non-blocking connect goes on from here.
  */
 static void sd_connect_work(struct work_struct *work)
 {
@@ -1218,7 +1236,7 @@ static void sd_connect_work(struct work_struct *work)
 
 	lock_sock(sk);
 	err = sd_connect_rdma(sk, &job->dst, job->uid, job->gid, job->conn,
-			      &reason);
+			      true, &reason);
 	if (!err) {
 		sd_stat_inc(sock_net(sk), SD_STAT_CONNECTS);
 		sd_connect_done(ss);
@@ -1431,7 +1449,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 				goto out;
 			}
 			sd_current_ids(&uid, &gid);
-			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, &reason);
+			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, false,
+					      &reason);
 			if (!err) {
 				sd_stat_inc(net, SD_STAT_CONNECTS);
 				goto connected;

@@ -519,6 +519,20 @@ int sd_shutdown(struct socket *sock, int how)
 		return -EINVAL;
 
 	lock_sock(sk);
+	/*
+	 * A background connect (sd_connect_work()) is on its way: shut down
+	 * what it ends with, as a blocking connect's caller would.
+	 */
+	if (unlikely(ss->rdma_async)) {
+		long timeo = MAX_SCHEDULE_TIMEOUT;
+
+		err = sd_wait_async_connect(sk, &timeo);
+		if (err) {
+			release_sock(sk);
+			tcp = sd_tcp_sock(sk);
+			return err > 0 ? tcp->ops->shutdown(tcp, how - 1) : err;
+		}
+	}
 	if (sock->state == SS_CONNECTING)
 		sock->state = SS_CONNECTED;
 

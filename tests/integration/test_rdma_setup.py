@@ -1793,7 +1793,8 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
     """A non-blocking connect that offers RDMA says EINPROGRESS while B's
     (fake) monitor holds its request unanswered (it waits for a file the
     test makes only after): meanwhile poll says nothing, SO_ERROR is 0,
-    the transport none, another connect EALREADY.  Then the answer: once
+    the transport none, another connect EALREADY, a send or receive
+    EAGAIN, and options are set.  Then the answer: once
     accepted, poll finds the socket writable, the next connect returns 0
     and the monitor's half arrives; refused, poll finds it failed,
     SO_ERROR is ECONNREFUSED and the next connect ECONNABORTED, as TCP's; NO_RDMA, the socket becomes TCP, whose own
@@ -1824,6 +1825,16 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
                 transport('c')]""") == [True, 0, TRANSPORT_NONE]
     assert h.a.call(f"return Family.connect(S['c'], {ADDR_B!r}, {PORT})") \
         == "EALREADY"
+    # The rendezvous does not hold the socket while it waits: a send and
+    # a receive find nothing to do yet, and options are set and read
+    # (each would wait for the answer, which comes only after go, if it
+    # held the socket's lock).
+    assert h.a.err("return S['c'].send(b'x')") == "EAGAIN"
+    assert h.a.err("return S['c'].recv(1)") == "EAGAIN"
+    assert h.a.call("""
+        s = S['c']
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        return s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)""") == 1
     go.touch()
     assert h.a.call("return bool(select.select([], [S['c']], [], 15)[1])")
     err = h.a.call("return S['c'].getsockopt(socket.SOL_SOCKET, "
@@ -1853,6 +1864,35 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
         e = one(sockets_to(A, ADDR_B, PORT))
         assert e.get("fallback") == "no_rdma", e
         assert fallbacks(da()) == {"fallback_no_rdma": 1}, da()
+
+
+def test_shutdown_while_the_rendezvous_is_on_its_way(h, tmp_path):
+    """A shutdown of a non-blocking RDMA connect's socket, made while the
+    (fake) monitor holds the request, waits for the answer and then shuts
+    down the connection it made: it returns 0, a send fails with EPIPE,
+    the socket is connected over RDMA and the monitor's half arrives."""
+    go = tmp_path / "go"
+    hb = new_half()
+    fake = h.fake_monitor([[["wait", str(go)],
+                            ["send", (reply(ST_ACCEPTED) +
+                                      half_msg(hb)).hex()]]])
+    got = h.a.call(f"""
+        S['c'] = rsock(half={new_half()!r})
+        S['c'].setblocking(False)
+        return Family.connect(S['c'], {ADDR_B!r}, {PORT})""")
+    assert got == "EINPROGRESS", got
+    fake.request(0)
+    shut = h.a.start("""
+        S['c'].shutdown(socket.SHUT_WR)
+        return 'shut'""")
+    # A round trip to the agent, so that the shutdown is most likely
+    # under way before the answer (either way it must end as below).
+    assert h.a.call("return transport('c')") == TRANSPORT_NONE
+    go.touch()
+    assert shut.result() == "shut"
+    assert h.a.err("return S['c'].send(b'x')") == "EPIPE"
+    assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
 
 
 def test_close_while_the_rendezvous_is_on_its_way(h, tmp_path):
