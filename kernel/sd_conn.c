@@ -1079,9 +1079,9 @@ out:
  * way.  Returns 0 when connected, 1 when the connection is to be TCP
  * (*@reason), or -errno.  Called with @sk locked.  The two waits for the
  * other monitor (its dial and its answer, each bounded by
- * net.sd.rendezvous_timeout_ms) keep the lock in a blocking connect, whose
- * caller waits anyway, and let it go in sd_connect_work() (@bg): there
- * the socket's rdma_async keeps its connect, sends and receives off it,
+ * net.sd.rendezvous_timeout_ms) let the lock go when @bg (in
+ * sd_connect_work(), and in a process's blocking connect): the socket's
+ * rdma_async then keeps other connects, sends and receives off it,
  * shutdown waits for the end, SD_RDMA_LOCAL finds a half in place
  * (EALREADY), and bind and listen find it bound or connecting, while its
  * other calls go on.
@@ -1213,6 +1213,30 @@ static void sd_connect_done(struct sd_sock *ss)
 {
 	/* The state, connection and error before the flag. */
 	smp_store_release(&ss->rdma_async, false);
+}
+
+/*
+ * A blocking connect's rendezvous starts: the socket is connecting, with
+ * rdma_async keeping the other calls off it while sd_connect_rdma() lets
+ * the lock go.  Called with @sk locked.
+ */
+static void sd_connect_begin(struct sock *sk)
+{
+	WRITE_ONCE(sd_sk(sk)->rdma_async, true);
+	sd_set_state(sk, TCP_SYN_SENT);
+	sk->sk_socket->state = SS_CONNECTING;
+}
+
+/* ...and ends, @connected or not; the calls that waited go on. */
+static void sd_connect_end(struct sock *sk, bool connected)
+{
+	if (!connected) {
+		if (sk->sk_state == TCP_SYN_SENT)
+			sd_set_state(sk, TCP_CLOSE);
+		sk->sk_socket->state = SS_UNCONNECTED;
+	}
+	sd_connect_done(sd_sk(sk));
+	sd_wake(sk);
 }
 
 /*
@@ -1365,7 +1389,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	struct net *net = sock_net(sk);
 	struct socket *tcp = sd_tcp_sock(sk);
 	bool nonblock = flags & O_NONBLOCK;
-	bool autobound = false;
+	bool autobound = false, bg;
 	u8 reason = SD_FALLBACK_NONE;
 	struct sd_group *g;
 	kuid_t uid;
@@ -1449,8 +1473,19 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 				goto out;
 			}
 			sd_current_ids(&uid, &gid);
-			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, false,
+			/*
+			 * The caller holds the file, and waits: the socket
+			 * is connecting meanwhile, as in the background
+			 * (sd_connect_rdma_async()), and its other calls go
+			 * on.  A kernel socket keeps the lock.
+			 */
+			bg = !nonblock && sock->file;
+			if (bg)
+				sd_connect_begin(sk);
+			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, bg,
 					      &reason);
+			if (bg)
+				sd_connect_end(sk, !err);
 			if (!err) {
 				sd_stat_inc(net, SD_STAT_CONNECTS);
 				goto connected;

@@ -1895,6 +1895,37 @@ def test_shutdown_while_the_rendezvous_is_on_its_way(h, tmp_path):
     assert h.a.call("return peer_half('c', timeout=10)") == hb
 
 
+def test_blocking_connect_leaves_the_socket_to_other_threads(h, tmp_path):
+    """A blocking connect that offers RDMA waits in the call while the
+    (fake) monitor holds the request; meanwhile another thread's connect
+    fails with EALREADY, a send or receive with MSG_DONTWAIT with EAGAIN,
+    an option is set and read, and poll says nothing.  Once accepted,
+    the connect returns 0 and the socket is connected over RDMA."""
+    go = tmp_path / "go"
+    hb = new_half()
+    fake = h.fake_monitor([[["wait", str(go)],
+                            ["send", (reply(ST_ACCEPTED) +
+                                      half_msg(hb)).hex()]]])
+    h.a.call(f"S['c'] = rsock(half={new_half()!r})")
+    conn = h.a.start(f"return Family.connect(S['c'], {ADDR_B!r}, {PORT})")
+    fake.request(0)
+    assert h.a.call(f"return Family.connect(S['c'], {ADDR_B!r}, {PORT})") \
+        == "EALREADY"
+    assert h.a.err("return S['c'].send(b'x', socket.MSG_DONTWAIT)") \
+        == "EAGAIN"
+    assert h.a.err("return S['c'].recv(1, socket.MSG_DONTWAIT)") == "EAGAIN"
+    assert h.a.call("""
+        s = S['c']
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        return [s.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                select.select([s], [s], [s], 0) == ([], [], [])]""") \
+        == [1, True]
+    go.touch()
+    assert conn.outcome() == "OK"
+    assert h.a.call("return transport('c')") == TRANSPORT_RDMA
+    assert h.a.call("return peer_half('c', timeout=10)") == hb
+
+
 def test_close_while_the_rendezvous_is_on_its_way(h, tmp_path):
     """A non-blocking RDMA connect's socket closed while the (fake) monitor
     holds its request: close returns at once; once the monitor accepts,
