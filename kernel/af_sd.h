@@ -180,9 +180,10 @@ struct sd_sock {
 	bool			bound;		/* has a local port */
 	bool			nodelay;	/* TCP_NODELAY, stored only */
 	/*
-	 * A non-blocking RDMA connect's rendezvous is on its way
-	 * (sd_connect_work(), which lets the socket lock go while it waits
-	 * for the other monitor); written under the socket lock.
+	 * An RDMA connect's rendezvous is on its way (sd_connect_begin():
+	 * in sd_connect_work(), or in a blocking connect; either lets the
+	 * socket lock go while it waits for the other monitor); written
+	 * under the socket lock.
 	 */
 	bool			rdma_async;
 	bool			v6only;		/* bound :: takes no IPv4 */

@@ -1216,9 +1216,9 @@ static void sd_connect_done(struct sd_sock *ss)
 }
 
 /*
- * A blocking connect's rendezvous starts: the socket is connecting, with
- * rdma_async keeping the other calls off it while sd_connect_rdma() lets
- * the lock go.  Called with @sk locked.
+ * An RDMA connect's rendezvous starts, in the call or in the background:
+ * the socket is connecting, with rdma_async keeping the other calls off
+ * it while sd_connect_rdma() lets the lock go.  Called with @sk locked.
  */
 static void sd_connect_begin(struct sock *sk)
 {
@@ -1227,7 +1227,10 @@ static void sd_connect_begin(struct sock *sk)
 	sk->sk_socket->state = SS_CONNECTING;
 }
 
-/* ...and ends, @connected or not; the calls that waited go on. */
+/*
+ * ...and a blocking one ends, @connected or not; the calls that waited go
+ * on (sd_connect_work() ends its own).
+ */
 static void sd_connect_end(struct sock *sk, bool connected)
 {
 	if (!connected) {
@@ -1309,7 +1312,6 @@ out:
 static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
 				 int addr_len, const struct sd_addr *dst)
 {
-	struct sd_sock *ss = sd_sk(sk);
 	struct sd_connect_job *job;
 
 	job = kzalloc(sizeof(*job), GFP_KERNEL_ACCOUNT);
@@ -1333,9 +1335,7 @@ static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
 	job->file = get_file(sk->sk_socket->file);
 	job->sk = sk;
 	INIT_WORK(&job->work, sd_connect_work);
-	WRITE_ONCE(ss->rdma_async, true);
-	sd_set_state(sk, TCP_SYN_SENT);
-	sk->sk_socket->state = SS_CONNECTING;
+	sd_connect_begin(sk);
 	sd_remote_queue(&job->work);
 	return -EINPROGRESS;
 }

@@ -150,8 +150,8 @@ static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
 }
 
 /*
- * A non-blocking connect's rendezvous (sd_connect_work()) has not taken
- * the socket yet: wait for its end as TCP's calls wait for the handshake.
+ * An RDMA connect's rendezvous (sd_connect_begin()) has not ended yet:
+ * wait for its end as TCP's calls wait for the handshake.
  * Returns 0 to go on, 1 when the socket fell back to TCP meanwhile (the
  * call is TCP's), -EAGAIN when @timeo is up.  Called with @sk locked.
  */
@@ -520,8 +520,8 @@ int sd_shutdown(struct socket *sock, int how)
 
 	lock_sock(sk);
 	/*
-	 * A background connect (sd_connect_work()) is on its way: shut down
-	 * what it ends with, as a blocking connect's caller would.
+	 * An RDMA connect is on its way (in the background, or in another
+	 * thread's call): shut down what it ends with.
 	 */
 	if (unlikely(ss->rdma_async)) {
 		long timeo = MAX_SCHEDULE_TIMEOUT;
