@@ -149,6 +149,9 @@ struct sd_conn {
 	bool			left;
 	bool			moved;		/* moved_at is set */
 	struct sd_rdma_move	moved_at;
+	/* What the bridge that left stashed, for its successor (kvmalloc). */
+	void			*stash;
+	u32			stash_len;
 	/*
 	 * A process was refused a bridge (EBUSY) while one was there, last
 	 * at wanted_at (jiffies): it would take the connection up.  The

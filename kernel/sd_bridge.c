@@ -52,6 +52,8 @@ struct sd_bridge {
 	bool		left;		/* it was: this bridge carries nothing */
 	bool		successor;	/* made after one left */
 	bool		moved;		/* its half went (SD_IOC_RDMA_MOVE) */
+	void		*stash;		/* SD_IOC_RDMA_STASH's, kvmalloc */
+	u32		stash_len;
 };
 
 /*
@@ -196,10 +198,10 @@ static bool sd_bridge_wanted(struct sd_conn *conn, u8 side)
  * (@handover): the same while its process lives on but holds no
  * descriptor of the socket, for a process that waits to bridge it.  The
  * peer's monitor is told first, then the connection waits for the next
- * bridge.
+ * bridge.  -EAGAIN while the peer's bridge moves (sd_link_leave()).
  */
-static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
-			   bool handover)
+static int __sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
+			     bool handover)
 {
 	struct sd_conn *conn = b->conn;
 	struct sd_rdma_move to = *at;
@@ -208,7 +210,7 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	int err;
 
 	/* The ring positions are the successor's to check (libsd's rings). */
-	if (at->reserved || at->how & ~SD_RDMA_LEAVE_EXEC ||
+	if (at->kept || at->how & ~SD_RDMA_LEAVE_EXEC ||
 	    (handover && at->how) ||
 	    at->flags & ~(SD_RDMA_MOVE_TX_FIN | SD_RDMA_MOVE_RX_FIN) ||
 	    at->took > at->sent)
@@ -242,6 +244,8 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	/* A handover refused for now may come later. */
 	if (!err)
 		b->leaving = true;
+	/* The stash cannot change now (sd_bridge_stash()). */
+	to.kept = b->stash_len;
 	spin_unlock(&conn->lock);
 	if (err)
 		return err;
@@ -252,6 +256,12 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	 * (after the LEAVE, which the peer's bridge needs first).
 	 */
 	err = sd_link_leave(conn->link, &to);
+	if (err == -EAGAIN) {
+		/* The peer's bridge moves first: ours may leave after. */
+		spin_lock(&conn->lock);
+		b->leaving = false;
+		spin_unlock(&conn->lock);
+	}
 	if (err)
 		return err;
 	spin_lock(&conn->lock);
@@ -259,6 +269,9 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	conn->left = true;
 	conn->moved = true;
 	conn->moved_at = to;
+	/* The last successor may not have taken the one before. */
+	swap(conn->stash, b->stash);
+	conn->stash_len = b->stash_len;
 	if (exec) {
 		put_pid(conn->heir);
 		conn->heir = get_pid(task_tgid(current));
@@ -266,6 +279,96 @@ static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
 	spin_unlock(&conn->lock);
 	sd_stat_inc(b->net, SD_STAT_RDMA_MOVES);
 	return 0;
+}
+
+/* Drop the bridge's stash. */
+static void sd_bridge_unstash(struct sd_bridge *b)
+{
+	void *old;
+
+	spin_lock(&b->conn->lock);
+	old = b->stash;
+	b->stash = NULL;
+	b->stash_len = 0;
+	spin_unlock(&b->conn->lock);
+	kvfree(old);
+}
+
+/* A leave that fails drops the stash: the bridge carries on with it. */
+static int sd_bridge_leave(struct sd_bridge *b, const struct sd_rdma_move *at,
+			   bool handover)
+{
+	int err = __sd_bridge_leave(b, at, handover);
+
+	sd_bridge_unstash(b);
+	return err;
+}
+
+/*
+ * SD_IOC_RDMA_STASH: the peer's bytes that landed but are not in the ring,
+ * for the successor, replacing any stashed before.  Not while leaving.
+ */
+static int sd_bridge_stash(struct sd_bridge *b, const struct sd_rdma_stash *st)
+{
+	struct sd_conn *conn = b->conn;
+	void *buf = NULL;
+	int err = 0;
+
+	if (st->reserved || st->len > SD_RDMA_STASH_MAX)
+		return -EINVAL;
+	if (st->len) {
+		buf = kvmalloc(st->len, GFP_KERNEL_ACCOUNT);
+		if (!buf)
+			return -ENOMEM;
+		if (copy_from_user(buf, u64_to_user_ptr(st->addr), st->len)) {
+			kvfree(buf);
+			return -EFAULT;
+		}
+	}
+	spin_lock(&conn->lock);
+	if (b->leaving) {
+		err = -EBUSY;
+	} else {
+		swap(b->stash, buf);
+		b->stash_len = st->len;
+	}
+	spin_unlock(&conn->lock);
+	kvfree(buf);	/* the one replaced, or ours if refused */
+	return err;
+}
+
+/*
+ * SD_IOC_RDMA_UNSTASH: a successor takes what the bridge before it
+ * stashed, once.  Returns its length.
+ */
+static int sd_bridge_take_stash(struct sd_bridge *b,
+				const struct sd_rdma_stash *st)
+{
+	struct sd_conn *conn = b->conn;
+	void *buf;
+	u32 len;
+	int err = 0;
+
+	if (st->reserved)
+		return -EINVAL;
+	spin_lock(&conn->lock);
+	buf = conn->stash;
+	len = conn->stash_len;
+	if (!b->successor)
+		err = -ENOENT;
+	else if (st->len < len)
+		err = -EMSGSIZE;
+	if (!err) {
+		conn->stash = NULL;
+		conn->stash_len = 0;
+	}
+	spin_unlock(&conn->lock);
+	if (err)
+		return err;
+	if (len && copy_to_user(u64_to_user_ptr(st->addr), buf, len))
+		err = -EFAULT;
+	kvfree(buf);
+	return err ?: len;
 }
 
 /* SD_IOC_RDMA_MOVE: a successor's half, to the peer's monitor, once. */
@@ -294,6 +397,7 @@ static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
 	struct sd_bridge *b = file->private_data;
 	struct sd_link *link = b->conn->link;
 	struct sd_rdma_moved moved;
+	struct sd_rdma_stash stash;
 	struct sd_rdma_half half;
 	struct sd_rdma_move at;
 	struct sock *sk;
@@ -341,6 +445,13 @@ static long sd_bridge_ioctl(struct file *file, unsigned int cmd,
 		if (copy_from_user(&half, (void __user *)arg, sizeof(half)))
 			return -EFAULT;
 		return sd_bridge_move(b, &half);
+	case SD_IOC_RDMA_STASH:
+	case SD_IOC_RDMA_UNSTASH:
+		if (copy_from_user(&stash, (void __user *)arg, sizeof(stash)))
+			return -EFAULT;
+		if (cmd == SD_IOC_RDMA_STASH)
+			return sd_bridge_stash(b, &stash);
+		return sd_bridge_take_stash(b, &stash);
 	case SD_IOC_RDMA_MOVED:
 		err = sd_link_moved(link, &moved);
 		if (err)
@@ -436,6 +547,7 @@ static int sd_bridge_release(struct inode *inode, struct file *file)
 			sd_ring_drained(&conn->ring[b->side]);
 		sd_link_close(conn->link, clean);
 	}
+	kvfree(b->stash);
 	sd_conn_put(conn);
 	put_net(b->net);
 	kfree(b);

@@ -787,6 +787,7 @@ void sd_conn_put(struct sd_conn *conn)
 	if (conn->link)
 		sd_link_put(conn->link);
 	put_pid(conn->heir);
+	kvfree(conn->stash);
 	sd_ring_free(&conn->ring[0]);
 	sd_ring_free(&conn->ring[1]);
 	kfree(conn);

@@ -44,7 +44,7 @@
 
 /* The wire format, network byte order (Documentation/rdma.rst). */
 #define SD_RDV_MAGIC	0x53445256	/* "SDRV" */
-#define SD_RDV_VERSION	1
+#define SD_RDV_VERSION	2
 
 enum {
 	SD_RDV_REQUEST = 1,
@@ -54,6 +54,7 @@ enum {
 	SD_RDV_CLOSE = 5,		/* on a link: the last message */
 	SD_RDV_LEAVE = 6,		/* on a link: the bridge stopped */
 	SD_RDV_MOVE = 7,		/* on a link: its successor's half */
+	SD_RDV_LEFT = 8,		/* on a link: a LEAVE taken */
 };
 
 /* Reply status. */
@@ -125,7 +126,14 @@ struct sd_rdv_leave {
 	__be64	took;
 	__be64	copied;
 	__be32	flags;		/* SD_RDMA_MOVE_* */
+	__be32	kept;		/* landed beyond copied, kept */
+} __packed;
+
+/* LEFT: the answer to a LEAVE. */
+struct sd_rdv_left {
+	struct sd_rdv_hdr hdr;
 	__be32	reserved;	/* zero */
+	__be32	reserved2;	/* zero */
 } __packed;
 
 #define SD_RDV_MSG_MAX	sizeof(struct sd_rdv_rdma_request)
@@ -141,6 +149,7 @@ struct sd_link {
 	struct mutex		send_lock;	/* messages; sock's release */
 	struct socket		*sock;		/* NULL once released */
 	struct work_struct	rx_work;	/* reads what the peer sends */
+	struct work_struct	left_work;	/* sends LEFT */
 	unsigned long		deadline;	/* of the request (jiffies) */
 	/* TCP's callbacks, while ours are hooked (sk_callback_lock). */
 	void			(*saved_data_ready)(struct sock *sk);
@@ -165,6 +174,14 @@ struct sd_link {
 	bool			have_moved_half;
 	struct sd_rdma_move	moved_at;
 	struct sd_rdma_half	moved_half;
+	/*
+	 * Our LEAVE waits for its LEFT (leave_waits).  Two LEAVEs that
+	 * cross on the way: the connecting side's goes on and the other's
+	 * is refused (leave_err -EAGAIN); each monitor knows by itself.
+	 */
+	bool			leave_waits;
+	int			leave_err;
+	bool			no_left;	/* released: left_work no more */
 	struct eventfd_ctx	*ev;		/* the bridge's, or NULL */
 	wait_queue_head_t	wait;		/* SD_RDMA_PEER waits here */
 };
@@ -587,6 +604,7 @@ static void sd_rdv_sockaddr(const struct sockaddr_storage *ss,
 /* ---- links: the monitors' connection for one RDMA connection -------- */
 
 static void sd_link_rx_work(struct work_struct *work);
+static void sd_link_left_work(struct work_struct *work);
 
 static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock)
 {
@@ -602,6 +620,7 @@ static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock)
 	spin_lock_init(&link->lock);
 	init_waitqueue_head(&link->wait);
 	INIT_WORK(&link->rx_work, sd_link_rx_work);
+	INIT_WORK(&link->left_work, sd_link_left_work);
 	return link;
 }
 
@@ -655,7 +674,12 @@ static void sd_link_end(struct sd_link *link, bool reset)
 
 /*
  * LEAVE: the peer's bridge stopped.  Our bridge learns it from its send
- * ring (SD_RING_MOVED) and reads where with SD_IOC_RDMA_MOVED.
+ * ring (SD_RING_MOVED) and reads where with SD_IOC_RDMA_MOVED; the peer's
+ * monitor gets a LEFT.  Unless our own LEAVE waits for its LEFT: the two
+ * crossed.  Then the connecting side's goes on, and the accepting side's
+ * is refused, which both monitors know without a word: the connecting
+ * side drops the LEAVE it got, the accepting side takes it and tells its
+ * bridge that its own was refused.
  */
 static bool sd_link_handle_leave(struct sd_link *link)
 {
@@ -665,15 +689,28 @@ static bool sd_link_handle_leave(struct sd_link *link)
 		.took = be64_to_cpu(m->took),
 		.copied = be64_to_cpu(m->copied),
 		.flags = ntohl(m->flags),
+		.kept = ntohl(m->kept),
 	};
+	bool crossed = false;
 	struct sd_conn *conn;
 	u8 side;
 
-	if (m->reserved || at.flags & ~(SD_RDMA_MOVE_TX_FIN |
-					SD_RDMA_MOVE_RX_FIN) ||
+	if (at.kept > SD_RDMA_STASH_MAX ||
+	    at.flags & ~(SD_RDMA_MOVE_TX_FIN | SD_RDMA_MOVE_RX_FIN) ||
 	    at.took > at.sent)
 		return false;
 	spin_lock(&link->lock);
+	if (link->leave_waits) {
+		crossed = true;
+		if (link->side == 0) {
+			spin_unlock(&link->lock);
+			sd_stat_inc(sd_rdv_net(link->sn),
+				    SD_STAT_RDMA_MOVES_CROSSED);
+			return true;
+		}
+		link->leave_waits = false;
+		link->leave_err = -EAGAIN;
+	}
 	link->moved_at = at;
 	link->peer_moving = true;
 	link->have_moved_half = false;
@@ -683,9 +720,35 @@ static bool sd_link_handle_leave(struct sd_link *link)
 	if (conn)
 		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_CONS,
 				  SD_RING_MOVED);
+	/* The LEFT: rx_work may not take send_lock (sd_link_untie()). */
+	if (!link->no_left)
+		queue_work(sd_rdv_wq, &link->left_work);
 	spin_unlock(&link->lock);
+	if (crossed) {
+		sd_stat_inc(sd_rdv_net(link->sn), SD_STAT_RDMA_MOVES_CROSSED);
+		wake_up_all(&link->wait);
+	}
 	sd_link_kick(link);
 	return true;
+}
+
+/*
+ * Send the LEFT that a LEAVE asked for.  A send that fails is left at
+ * that: the peer's monitor resets the connection when no LEFT comes, and
+ * rx_work finds the link broken.  Cancelled by sd_link_release() before
+ * it takes send_lock; takes no socket lock (sd_link_close() holds one).
+ */
+static void sd_link_left_work(struct work_struct *work)
+{
+	struct sd_link *link = container_of(work, struct sd_link, left_work);
+	struct sd_rdv_left msg = {};
+
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEFT, sizeof(msg));
+	mutex_lock(&link->send_lock);
+	if (link->sock && !READ_ONCE(link->ended))
+		sd_rdv_io(link->sock, &msg, sizeof(msg), true,
+			  jiffies + sd_rdv_timeo(link->sn));
+	mutex_unlock(&link->send_lock);
 }
 
 /* A whole message in rxbuf: act on it.  Returns false if it is bad. */
@@ -706,6 +769,18 @@ static bool sd_link_handle(struct sd_link *link)
 	}
 	if (h->type == SD_RDV_LEAVE)
 		return sd_link_handle_leave(link);
+	if (h->type == SD_RDV_LEFT) {
+		const struct sd_rdv_left *m = (const void *)link->rxbuf;
+
+		if (m->reserved || m->reserved2)
+			return false;
+		spin_lock(&link->lock);
+		link->leave_waits = false;
+		link->leave_err = 0;
+		spin_unlock(&link->lock);
+		wake_up_all(&link->wait);
+		return true;
+	}
 	if (h->type == SD_RDV_MOVE) {
 		const struct sd_rdv_half *m = (const void *)link->rxbuf;
 
@@ -747,6 +822,13 @@ static bool sd_link_hdr_ok(struct sd_link *link, const struct sd_rdv_hdr *h)
 		spin_unlock(&link->lock);
 		return ok && sd_rdv_hdr_ok(h, SD_RDV_LEAVE,
 					   sizeof(struct sd_rdv_leave));
+	case SD_RDV_LEFT:
+		/* Only an answer to our LEAVE. */
+		spin_lock(&link->lock);
+		ok = link->leave_waits;
+		spin_unlock(&link->lock);
+		return ok && sd_rdv_hdr_ok(h, SD_RDV_LEFT,
+					   sizeof(struct sd_rdv_left));
 	case SD_RDV_MOVE:
 		spin_lock(&link->lock);
 		ok = link->peer_moving && !link->have_moved_half;
@@ -923,6 +1005,11 @@ static void sd_link_send_close(struct sd_link *link, u8 how)
 
 static void sd_link_release(struct sd_link *link, u8 how)
 {
+	/* No LEFT from now on; rx_work queues none once no_left is set. */
+	spin_lock(&link->lock);
+	link->no_left = true;
+	spin_unlock(&link->lock);
+	cancel_work_sync(&link->left_work);
 	mutex_lock(&link->send_lock);
 	if (!link->sock)
 		goto out;
@@ -1036,7 +1123,16 @@ static int sd_link_send(struct sd_link *link, void *msg, size_t len)
 	return err;
 }
 
-/* SD_IOC_RDMA_LEAVE: tell the peer's monitor where our bridge stopped. */
+/*
+ * SD_IOC_RDMA_LEAVE: tell the peer's monitor where our bridge stopped,
+ * and wait for its LEFT, at most the rendezvous timeout (then the
+ * connection is reset).  -EAGAIN, with nothing sent, while the peer's
+ * bridge is moving (SD_RING_MOVED is up), or when our LEAVE crossed the
+ * peer's and the peer's goes on (sd_link_handle_leave()): either way our
+ * bridge follows that move and leaves after.  So one bridge moves at a
+ * time, and the other end's bridge, still there, sends again what the
+ * one that left had not taken.
+ */
 int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at)
 {
 	struct sd_rdv_leave msg = {
@@ -1044,10 +1140,46 @@ int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at)
 		.took = cpu_to_be64(at->took),
 		.copied = cpu_to_be64(at->copied),
 		.flags = htonl(at->flags),
+		.kept = htonl(at->kept),
 	};
+	long left = 0;
+	int err = 0;
+
+	spin_lock(&link->lock);
+	if (link->ended)
+		err = -ECONNRESET;
+	else if (link->peer_moving)
+		err = -EAGAIN;
+	else if (link->leave_waits)
+		err = -EALREADY;
+	if (!err) {
+		link->leave_waits = true;
+		link->leave_err = 0;
+	}
+	spin_unlock(&link->lock);
+	if (err)
+		return err;
 
 	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEAVE, sizeof(msg));
-	return sd_link_send(link, &msg, sizeof(msg));
+	err = sd_link_send(link, &msg, sizeof(msg));
+	if (!err)
+		left = wait_event_killable_timeout(link->wait,
+						   !READ_ONCE(link->leave_waits) ||
+						   READ_ONCE(link->ended),
+						   sd_rdv_timeo(link->sn));
+	spin_lock(&link->lock);
+	if (!link->leave_waits)
+		err = link->leave_err;
+	else if (!err)
+		err = link->ended ? -ECONNRESET : left < 0 ? -EINTR : -ETIMEDOUT;
+	link->leave_waits = false;
+	spin_unlock(&link->lock);
+	/* Nobody knows where the peer's monitor stands now: a reset. */
+	if (err == -EINTR || err == -ETIMEDOUT) {
+		sd_link_fail(link);
+		err = -ECONNRESET;
+	}
+	return err;
 }
 
 /* SD_IOC_RDMA_MOVE: the new bridge's half, to the peer's monitor. */

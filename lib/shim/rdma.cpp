@@ -1065,15 +1065,20 @@ bool qp_renew(Link *l) noexcept
 
 // The peer's bridge stopped at *at (it came from the other host: checked).
 // What it did not take of ours goes again from the mirror (credit only
-// follows what it took, so the mirror still holds it); what it wrote is
-// all in our landing area.  Our queue pair waits for its successor.
+// follows what it took, so the mirror still holds it), but for what it
+// landed and kept for its successor (at.kept beyond at.copied, which
+// its successor's landing area holds); what it wrote is all in our
+// landing area (ours did not leave meanwhile: the module moves one end at
+// a time).  Our queue pair waits for its successor.
 bool peer_left(Link *l, const sd_rdma_move &at) noexcept
 {
 	const std::uint64_t took = __atomic_load_n(l->peer_took, __ATOMIC_ACQUIRE);
 	const bool fin = at.flags & SD_RDMA_MOVE_TX_FIN;
+	const std::uint64_t landed = at.copied + at.kept;
 
-	if (at.copied < took || at.copied > l->pushed || at.sent < l->arrived ||
-	    at.sent - l->copied > LAND_SIZE || (l->peer_fin && !fin))
+	if (at.copied < took || at.kept > LAND_SIZE || landed > l->pushed ||
+	    at.sent < l->arrived || at.sent - l->copied > LAND_SIZE ||
+	    (l->peer_fin && !fin))
 		return false;
 	if (l->state != State::MOVING && !qp_renew(l))
 		return false;
@@ -1081,7 +1086,7 @@ bool peer_left(Link *l, const sd_rdma_move &at) noexcept
 		l->tx_done = false;
 		l->refin = true;
 	}
-	l->sent = at.copied;
+	l->sent = landed;
 	__atomic_store_n(l->peer_took, at.copied, __ATOMIC_RELEASE);
 	l->arrived = at.sent;
 	l->peer_fin = fin;
@@ -1117,7 +1122,10 @@ bool follow_move(Link *l) noexcept
 		fail(l);
 		return true;
 	}
-	// Our credit at once: the successor writes nothing before it.
+	// Our credit at once: the successor writes nothing before it.  We
+	// may be a successor ourselves, still waiting for the first write
+	// of the bridge that left: that one wrote to us before it left.
+	l->hold = false;
 	l->credit_now = true;
 	return true;
 }
@@ -1147,6 +1155,54 @@ bool step_moving(Link *l, bool *done) noexcept
 	return moved;
 }
 
+// The peer's bytes that landed but are not in the receive ring yet, for
+// our successor (SD_IOC_RDMA_STASH), in stream order.  Whether they are.
+bool stash(Link *l) noexcept
+{
+	const std::uint64_t n = l->arrived - l->copied;
+	if (!n)
+		return true;
+	unsigned char *buf = static_cast<unsigned char *>(malloc(n));
+	if (!buf)
+		return false;
+	const std::uint64_t off = l->copied % LAND_SIZE;
+	const std::uint64_t first = std::min<std::uint64_t>(n, LAND_SIZE - off);
+	memcpy(buf, l->landing + off, first);
+	memcpy(buf + first, l->landing, n - first);
+	sd_rdma_stash st = {};
+	st.addr = reinterpret_cast<std::uint64_t>(buf);
+	st.len = static_cast<std::uint32_t>(n);
+	const bool ok = real::ioctl()(l->bfd, SD_IOC_RDMA_STASH, &st) == 0;
+	free(buf);
+	return ok;
+}
+
+// What the bridge before us stashed (stash()), into our landing area
+// from at.copied on: the peer sends again only what follows it.
+bool unstash(Link *l, const sd_rdma_move &at) noexcept
+{
+	if (!at.kept)
+		return true;
+	if (at.kept > LAND_SIZE)
+		return false;
+	unsigned char *buf = static_cast<unsigned char *>(malloc(at.kept));
+	if (!buf)
+		return false;
+	sd_rdma_stash st = {};
+	st.addr = reinterpret_cast<std::uint64_t>(buf);
+	st.len = at.kept;
+	const bool ok = real::ioctl()(l->bfd, SD_IOC_RDMA_UNSTASH, &st) ==
+			static_cast<int>(at.kept);
+	if (ok) {
+		const std::uint64_t off = at.copied % LAND_SIZE;
+		const std::uint64_t first = std::min<std::uint64_t>(at.kept, LAND_SIZE - off);
+		memcpy(l->landing + off, buf, first);
+		memcpy(l->landing, buf + first, at.kept - first);
+	}
+	free(buf);
+	return ok;
+}
+
 // Why a bridge leaves (try_leave()).
 enum class Leave {
 	EXIT,		// the process exits; the socket may be another's too
@@ -1165,11 +1221,14 @@ bool try_leave(Link *l, bool *done, Leave why) noexcept
 	// Still taking the connection up (the peer's half, or a successor's
 	// first write from the peer, is on its way): an exit or an exec waits
 	// for that, then leaves; what it says then holds.
-	if (why != Leave::HANDOVER && (l->state == State::WAIT_PEER || l->hold) &&
+	// So does one whose peer is moving: it leaves once connected to the
+	// peer's successor.
+	if (why != Leave::HANDOVER &&
+	    (l->state == State::WAIT_PEER || l->state == State::MOVING || l->hold) &&
 	    !sock_closed(l) && !peer_closed(l))
 		return false;
 	// Not moving: nothing holds the socket any more, the peer went, or
-	// its end is moving already (both ends at once would not meet).
+	// (a handover) its end is moving: tried again later.
 	if (l->state != State::RUN || l->hold || sock_closed(l) || peer_closed(l)) {
 		l->leaving = l->handing = l->execing = false;
 		l->leave_tried |= why == Leave::EXIT;
@@ -1191,9 +1250,20 @@ bool try_leave(Link *l, bool *done, Leave why) noexcept
 	at.rx_tail = l->prod().tail();
 	l->leave_tried |= why == Leave::EXIT;
 	l->leaving = l->handing = l->execing = false;
+	// What landed but is not in the ring yet goes to the successor;
+	// nothing carries the connection on without it.
+	if (!stash(l)) {
+		fail(l);
+		return true;
+	}
 	if (real::ioctl()(l->bfd, why == Leave::HANDOVER ? SD_IOC_RDMA_HANDOVER : SD_IOC_RDMA_LEAVE,
-			  &at) == 0)
+			  &at) == 0) {
 		*done = true;	// closing its descriptor does not reset now
+	} else if (errno == EAGAIN) {
+		// The peer's bridge left just now: follow it, then leave.
+		l->leave_tried = false;
+		l->execing = why == Leave::EXEC;
+	}
 	return true;
 }
 
@@ -1272,9 +1342,10 @@ bool step(Link *l, bool *done) noexcept
 	if (l->tx_done && l->credited == l->copied && sock_closed(l) &&
 	    (!l->inflight || peer_ended(l)))
 		*done = true;
-	// A process that exits sends its end of stream once all it sent is out.
+	// A process that exits sends its end of stream once all it sent is out
+	// (and its bridge could not leave: nobody else holds the socket).
 	if (hub.exiting.load(std::memory_order_relaxed) && l->state == State::RUN &&
-	    !l->tx_done && !l->leaving && !l->data_inflight && l->inflight < SEND_WR &&
+	    l->leave_tried && !l->tx_done && !l->leaving && !l->data_inflight && l->inflight < SEND_WR &&
 	    l->cons().readable() == 0 && l->sent == l->pushed && !l->hold) {
 		send_fin(l);
 		moved = true;
@@ -1631,11 +1702,13 @@ Adopt adopt(int fd) noexcept
 	if (ok) {
 		l->sent = l->pushed = at.sent;
 		*l->peer_took = at.took;
-		l->arrived = l->copied = l->credited = at.copied;
+		l->copied = l->credited = at.copied;
+		l->arrived = at.copied + at.kept;
 		l->tx_done = at.flags & SD_RDMA_MOVE_TX_FIN;
 		l->peer_fin = l->rx_done = at.flags & SD_RDMA_MOVE_RX_FIN;
 		l->hold = true;
-		ok = link_connect(l, peer) && !real::ioctl()(l->bfd, SD_IOC_RDMA_MOVE, &l->mine) &&
+		ok = unstash(l, at) && link_connect(l, peer) &&
+		     !real::ioctl()(l->bfd, SD_IOC_RDMA_MOVE, &l->mine) &&
 		     link_start(l);
 	}
 	if (!ok) {

@@ -582,6 +582,60 @@ def test_forked_child_takes_up_the_connection(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
+def delay_link_from(peer, port, ms):
+    """B's packets from TCP port (its monitor's side of the links) wait ms
+    before they leave B, and nothing else does: a prio qdisc on B's NIC
+    whose third band, where the filter sends them, is netem.  Returns the
+    command that takes it away."""
+    dev = peer.run(["sh", "-c", f"ip -o addr show to {peer.remote} | cut -d' ' -f2"])
+    dev = dev["stdout"].strip()
+    assert dev, f"no device of B holds {peer.remote}"
+    for cmd in (["qdisc", "add", "dev", dev, "root", "handle", "1:", "prio"],
+                ["qdisc", "add", "dev", dev, "parent", "1:3", "handle", "30:",
+                 "netem", "delay", f"{ms}ms"],
+                ["filter", "add", "dev", dev, "protocol", "ip", "parent", "1:0",
+                 "prio", "1", "u32", "match", "ip", "sport", str(port), "0xffff",
+                 "flowid", "1:3"]):
+        out = peer.run(["tc"] + cmd)
+        assert out["rc"] == 0, out
+    return ["tc", "qdisc", "del", "dev", dev, "root"]
+
+
+@pytest.mark.parametrize("when", ["in_turn", "at_once"])
+def test_both_ends_move(peer, settings, when):
+    """Both ends' parents exit while their children hold the connection,
+    the server's first (the xhost scenario both_parents_exit): both
+    bridges leave, and every byte arrives both ways, with one move and no
+    reset counted on each host.  in_turn: the client's bridge finds the
+    server's moving when its own process exits, follows that move and
+    leaves after.  at_once: B's messages on the link wait 1 s on the way,
+    so the client's bridge leaves before the server's LEAVE arrived; the
+    two LEAVEs cross, which both monitors count.  The client's (the
+    connecting side's) goes on; the server's bridge is refused, follows
+    that move, and leaves after."""
+    rendezvous_with(peer)
+    undo = None
+    try:
+        if when == "at_once":
+            for key in ("rendezvous_timeout_ms",):
+                sysctl(key, 10000)
+                peer_sysctl(peer, key, 10000)
+            undo = delay_link_from(peer, RDV_PORT, 1000)
+        before, pbefore = stats(), stats(peer)
+        run_scenario(peer, "both_parents_exit",
+                     APP_PORT + {"in_turn": 16, "at_once": 17}[when])
+        d, pd = delta(before, stats()), delta(pbefore, stats(peer))
+    finally:
+        if undo:
+            peer.run(undo)
+        sysctl("rendezvous_timeout_ms", 1000)
+        peer_sysctl(peer, "rendezvous_timeout_ms", 1000)
+    crossed = 1 if when == "at_once" else None
+    assert d.get("rdma_moves") == 1 and d.get("rdma_moves_crossed") == crossed, d
+    assert pd.get("rdma_moves") == 1 and pd.get("rdma_moves_crossed") == crossed, pd
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
 def test_child_takes_up_the_connection_its_living_parent_closed(peer, settings):
     """The client under sdrun forks and closes its copy of the RDMA
     connection, most of the server's answer still on its way, and lives on

@@ -48,9 +48,9 @@ OP_DATA, OP_ROOM, OP_FIN, OP_RESET = 1, 2, 3, 4
 HALF_LEN = 80
 
 # The rendezvous wire format (network byte order).
-MAGIC, VERSION = 0x53445256, 1
+MAGIC, VERSION = 0x53445256, 2
 T_REQUEST, T_REPLY, T_RDMA_REQUEST, T_HALF, T_CLOSE = 1, 2, 3, 4, 5
-T_LEAVE, T_MOVE = 6, 7
+T_LEAVE, T_MOVE, T_LEFT = 6, 7, 8
 ST_NO_RDMA, ST_ACCEPTED, ST_NO_LISTENER, ST_REFUSED, ST_BUSY = 1, 2, 3, 4, 5
 CLOSE_CLEAN, CLOSE_RESET = 1, 2
 
@@ -82,13 +82,17 @@ def new_half():
     return os.urandom(HALF_LEN)
 
 
-def leave_msg(sent, took, copied, flags=0, reserved=0):
+def leave_msg(sent, took, copied, flags=0, kept=0):
     return hdr(T_LEAVE, 40) + struct.pack("!QQQII", sent, took, copied,
-                                          flags, reserved)
+                                          flags, kept)
 
 
 def move_msg(half):
     return hdr(T_MOVE, 88) + half
+
+
+def left_msg():
+    return hdr(T_LEFT, 16) + bytes(8)
 
 
 # ---- the two hosts ----------------------------------------------------------
@@ -183,6 +187,8 @@ SD_IOC_RDMA_RESUME = 0x803853DA  # _IOR('S', 0xDA, struct sd_rdma_move)
 SD_IOC_RDMA_MOVE = 0x405053DB   # _IOW('S', 0xDB, struct sd_rdma_half)
 SD_IOC_RDMA_MOVED = 0x809053DC  # _IOR('S', 0xDC, struct sd_rdma_moved)
 SD_IOC_RDMA_HANDOVER = 0x403853DE  # _IOW('S', 0xDE, struct sd_rdma_move)
+SD_IOC_RDMA_STASH = 0x401053DF  # _IOW('S', 0xDF, struct sd_rdma_stash)
+SD_IOC_RDMA_UNSTASH = 0x401053E0  # _IOW('S', 0xE0, struct sd_rdma_stash)
 SD_MMAP_OFFSETS = 1
 S = {}
 _out = threading.Lock()
@@ -396,6 +402,28 @@ def asker_end(name):
 
 def move(name, half):
     fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_MOVE, half)
+
+
+def stash(name, data, length=None, reserved=0, addr=None):
+    """SD_IOC_RDMA_STASH of data (length, addr: what the call says)."""
+    buf = ctypes.create_string_buffer(data, max(len(data), 1))
+    arg = struct.pack("QII", ctypes.addressof(buf) if addr is None else addr,
+                      len(data) if length is None else length, reserved)
+    fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_STASH, arg)
+
+
+def unstash(name, room):
+    """SD_IOC_RDMA_UNSTASH into room bytes: what it gave."""
+    buf = ctypes.create_string_buffer(room)
+    arg = bytearray(struct.pack("QII", ctypes.addressof(buf), room, 0))
+    n = fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_UNSTASH, arg, True)
+    return [n, buf.raw[:n]]
+
+
+def moved_kept(name):
+    """SD_IOC_RDMA_MOVED's kept."""
+    m = fcntl.ioctl(S[name + "b"], SD_IOC_RDMA_MOVED, bytes(144))
+    return struct.unpack_from("I", m, 28)[0]
 
 
 def moved(name):
@@ -1445,6 +1473,157 @@ def test_a_bridge_leaves_for_a_successor(h):
     assert "rdma_resets" not in db(), db()
 
 
+def hold_in_child(agent, name):
+    """A child of fork holds S[name] (without its bridge's descriptor)
+    until release_child()."""
+    agent.call(f"""
+        r, wr = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(S[{name!r} + 'b'])   # as libsd's child does
+            os.close(wr)
+            os.read(r, 1)
+            os._exit(0)
+        os.close(r)
+        S['child'] = (pid, wr)""")
+
+
+def release_child(agent):
+    agent.call("""
+        pid, wr = S.pop('child')
+        os.close(wr)
+        os.waitpid(pid, 0)""")
+
+
+def take_up(agent, name, at):
+    """A successor of S[name]'s bridge, which left at at: it resumes from
+    there and sends its half, which it returns."""
+    agent.call(f"bridge_close({name!r}); bridge({name!r})")
+    assert agent.call(f"return resume({name!r})") == at
+    half = move_half()
+    agent.call(f"move({name!r}, {half!r})")
+    return half
+
+
+def both_held(h):
+    """A's c connected to B's s over RDMA, each bridged and held by a
+    child of fork too: both namespaces' counters from now, and where A's
+    bridge and B's stop."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    h.b.call("bridge('s')")
+    counters = Counters(A), Counters(B)
+    hold_in_child(h.a, "c")
+    hold_in_child(h.b, "s")
+    return counters, move_at(1000, 900, 2000, flags=1), move_at(2000, 1500, 1000)
+
+
+def b_leaves_after_a(h, counters, at, bt):
+    """A's bridge left at at: its successor takes the connection up, B's
+    bridge reads the successor's half and leaves at bt (counted), and the
+    successor reads where it stopped; no reset on either side."""
+    da, db = counters
+    hn = take_up(h.a, "c", at)
+    assert wait_for(lambda: h.b.call("return moved('s')")[4] == hn, 10)
+    h.b.call(f"leave('s', {bt!r})")
+    assert db().get("rdma_moves") == 1, db()
+    assert wait_for(lambda: h.a.call("return E(moved, 'c')") == "OK", 10)
+    assert h.a.call("return moved('c')") == [2000, 1500, 1000, 0, None]
+    release_child(h.a)
+    release_child(h.b)
+    assert "rdma_resets" not in da(), da()
+    assert "rdma_resets" not in db(), db()
+
+
+def test_one_end_moves_at_a_time(h):
+    """While A's bridge moves, B's may not leave: EAGAIN, nothing sent,
+    nothing counted.  Once B's bridge read the successor's half (which
+    ends the move), it leaves, and A's successor reads where it stopped."""
+    counters, at, bt = both_held(h)
+    leave_once(h, counters[0], at)
+    assert h.b.err(f"leave('s', {bt!r})") == "EAGAIN"
+    assert "rdma_moves" not in counters[1](), counters[1]()
+    b_leaves_after_a(h, counters, at, bt)
+    for d in (counters[0](), counters[1]()):
+        assert "rdma_moves_crossed" not in d, d
+
+
+def test_a_bridge_that_leaves_stashes_what_landed_for_its_successor(h):
+    """SD_IOC_RDMA_STASH: bad arguments are EINVAL (a length beyond 1 MiB,
+    reserved set) or EFAULT; a leave that fails drops the stash (the next
+    one keeps nothing).  The leave that follows a stash takes it: the
+    peer's bridge reads its length (kept), the successor's resume says it
+    too, and the successor takes the bytes once (EMSGSIZE into less room;
+    nothing the second time); only a successor may (ENOENT)."""
+    rdma_connect(h)
+    h.a.call("bridge('c')")
+    h.b.call("bridge('s')")
+    da, db = Counters(A), Counters(B)
+    assert h.a.err("stash('c', b'x', length=(1 << 20) + 1)") == "EINVAL"
+    assert h.a.err("stash('c', b'x', reserved=1)") == "EINVAL"
+    assert h.a.err("stash('c', b'', length=4096, addr=0)") == "EFAULT"
+    assert h.a.err("unstash('c', 16)") == "ENOENT"
+    h.a.call("stash('c', b'lost' * 100)")
+    at = move_at(1000, 900, 2000, flags=1)
+    assert h.a.err(f"leave('c', {at!r})") == "EBUSY"    # held only here
+    hold_in_child(h.a, "c")
+    h.a.call(f"leave('c', {at!r})")
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved_kept('s')") == 0
+    hn = take_up(h.a, "c", at)
+    assert wait_for(lambda: h.b.call("return moved('s')")[4] == hn, 10)
+    data = os.urandom(70000)
+    h.a.call(f"stash('c', {data!r})")
+    h.a.call(f"leave('c', {at!r})")
+    assert wait_for(lambda: h.b.call("return E(moved, 's')") == "OK", 10)
+    assert h.b.call("return moved_kept('s')") == len(data)
+    h.a.call("bridge_close('c'); bridge('c')")
+    assert h.a.call("return resume('c')") == move_at(1000, 900, 2000, flags=1,
+                                                     reserved=len(data))
+    assert h.a.err(f"unstash('c', {len(data) - 1})") == "EMSGSIZE"
+    assert h.a.call(f"return unstash('c', {len(data) + 10})") == [len(data), data]
+    assert h.a.call("return unstash('c', 16)") == [0, b""]
+    release_child(h.a)
+    assert da().get("rdma_moves") == 2, da()
+    assert "rdma_resets" not in da() and "rdma_resets" not in db(), (da(), db())
+
+
+def unsent(name, side):
+    """Bytes a namespace's rendezvous links (side: its port is the peer's,
+    "dport", or its own, "sport") hold unacknowledged."""
+    out = ns(name, "ss", "-Htn", "state", "established",
+             f"{side} = :{RDV_PORT}").stdout
+    return sum(int(line.split()[1]) for line in out.splitlines() if line.strip())
+
+
+def test_two_ends_that_leave_at_once_move_one_after_the_other(h):
+    """Both bridges leave at the same moment: A's link is down while both
+    send their LEAVE, so that each goes before the other arrives (TCP
+    sends both again once it is up).  The connecting side's move goes on
+    (A: its LEAVE answered, counted as a move; B's LEAVE, which reached
+    it, dropped), the accepting side's is refused (B: EAGAIN, not counted
+    as a move), and both count the crossing.  B's bridge reads where A's
+    stopped; A's reads nothing.  Then as for one end at a time."""
+    counters, at, bt = both_held(h)
+    ns(A, "ip", "link", "set", "dev", VETH_A, "down")
+    try:
+        wa = h.a.start(f"return E(leave, 'c', {at!r})")
+        wb = h.b.start(f"return E(leave, 's', {bt!r})")
+        # Both LEAVEs are in their link's send queue, unanswered.
+        assert wait_for(lambda: unsent(A, "dport") and unsent(B, "sport"), 20)
+        assert not wa.done() and not wb.done(), (wa.reply, wb.reply)
+    finally:
+        ns(A, "ip", "link", "set", "dev", VETH_A, "up")
+    assert wb.outcome(20) == "EAGAIN"
+    assert wa.outcome(20) == "OK"
+    got_a, got_b = counters[0](), counters[1]()
+    assert got_a.get("rdma_moves") == 1 and got_a.get("rdma_moves_crossed") == 1, got_a
+    assert "rdma_moves" not in got_b and got_b.get("rdma_moves_crossed") == 1, got_b
+    assert h.b.call("return moved('s')") == [1000, 900, 2000, 1, None]
+    assert h.a.err("moved('c')") == "ENOENT"
+    b_leaves_after_a(h, counters, at, bt)
+
+
 LEAVE_EXEC = 1      # SD_RDMA_LEAVE_EXEC, in struct sd_rdma_move's how (pad)
 
 
@@ -1682,13 +1861,15 @@ HOSTILE_AFTER_ACCEPT = {
     "leave_took_beyond_sent": [["send", reply(ST_ACCEPTED).hex()],
                                ["send", (half_msg(new_half()) +
                                          leave_msg(9, 10, 7)).hex()]],
-    "leave_reserved_set": [["send", reply(ST_ACCEPTED).hex()],
-                           ["send", (half_msg(new_half()) +
-                                     leave_msg(9, 8, 7, reserved=1)).hex()]],
+    "leave_kept_beyond_1mib": [["send", reply(ST_ACCEPTED).hex()],
+                               ["send", (half_msg(new_half()) +
+                                         leave_msg(9, 8, 7, kept=(1 << 20) + 1)).hex()]],
     "move_twice": [["send", reply(ST_ACCEPTED).hex()],
                    ["send", (half_msg(new_half()) + leave_msg(9, 8, 7) +
                              move_msg(new_half()) +
                              move_msg(new_half())).hex()]],
+    "left_unasked": [["send", reply(ST_ACCEPTED).hex()],
+                     ["send", (half_msg(new_half()) + left_msg()).hex()]],
     "noise_1mib": [["send", reply(ST_ACCEPTED).hex()], ["noise", 1 << 20]],
 }
 
@@ -1722,7 +1903,7 @@ def test_hostile_monitor_after_accepting(h, case):
 
 MALFORMED_REPLIES = {
     "bad_magic": hdr(T_REPLY, 16, magic=MAGIC ^ 1) + reply(ST_ACCEPTED)[8:],
-    "bad_version": hdr(T_REPLY, 16, version=2) + reply(ST_ACCEPTED)[8:],
+    "bad_version": hdr(T_REPLY, 16, version=VERSION + 1) + reply(ST_ACCEPTED)[8:],
     "bad_type": hdr(T_HALF, 16) + reply(ST_ACCEPTED)[8:],
     "bad_length": hdr(T_REPLY, 96) + reply(ST_ACCEPTED)[8:] + bytes(80),
     "status_0": reply(0),
@@ -2008,7 +2189,7 @@ MALFORMED_REQUESTS = {
     "flags_high": rdma_request(PORT, 40000, _H, flags=0x80000001),
     "bad_magic": rdma_request(PORT, 40000, _H, magic=MAGIC + 1),
     "version_0": rdma_request(PORT, 40000, _H, version=0),
-    "version_2": rdma_request(PORT, 40000, _H, version=2),
+    "version_next": rdma_request(PORT, 40000, _H, version=VERSION + 1),
     "reply_type": hdr(T_REPLY, 96) + _good_body(_H),
     "half_first": half_msg(_H),
     "close_first": close_msg(CLOSE_CLEAN),

@@ -577,6 +577,46 @@ def server_parent_exits_child_carries_on(role):
     return server if role == "server" else client
 
 
+def exchange(t, s, out_seed, in_seed, extra_seed):
+    """4 MiB each way at once after a move (the 64 kB the other's parent
+    sent first ahead of what comes in), then the ends of stream."""
+    def send():
+        s.sendall(pattern(ANSWER, out_seed))
+        s.shutdown(socket.SHUT_WR)
+    th = threading.Thread(target=send)
+    th.start()
+    got = recv_all(s)
+    th.join()
+    t.log("stream", got == pattern(1 << 16, extra_seed) + pattern(ANSWER, in_seed))
+
+
+@scenario
+def both_parents_exit(role):
+    """Both ends' parents exit, each while its child holds the connection
+    and with 64 kB of its own on the way to the other: the server's first,
+    once it answered the request, the client's 0.1 s after the answer
+    came; then each child sends 4 MiB while it reads the other's, every
+    byte checked.  (Over RDMA both bridges leave: one end moves, then the
+    other.  pair_remote.py makes the two leave at the same moment.)"""
+    def server(t, lst):
+        c, _ = lst.accept()
+        t.log("request", recv_exact(c, 100000) == pattern(100000, 15))
+        c.sendall(pattern(100000, 16) + pattern(1 << 16, 17))
+        leave_to_child()
+        exchange(t, c, 19, 20, 18)
+        c.close()
+
+    def client(t, addr):
+        s = socket.create_connection(addr)
+        s.sendall(pattern(100000, 15) + pattern(1 << 16, 18))
+        t.log("answer", recv_exact(s, 100000) == pattern(100000, 16))
+        time.sleep(0.1)
+        leave_to_child()
+        exchange(t, s, 20, 19, 17)
+        s.close()
+    return server if role == "server" else client
+
+
 @scenario
 def child_answers_and_ends_at_once(role):
     """The server's parent exits once it read the request; its child

@@ -50,6 +50,7 @@ constexpr const char *names[] = {
 	"rdma_queued",
 	"rdma_resets",
 	"rdma_moves",
+	"rdma_moves_crossed",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

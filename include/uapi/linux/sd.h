@@ -161,7 +161,12 @@ struct sd_rdma_half {
  * SD_IOC_RDMA_LEAVE, on the bridge's descriptor: the bridge stops, with
  * nothing in flight, and says where it stopped.  Only while another
  * process holds the socket (EBUSY otherwise: the bridge ends the
- * connection as usual) and both ends are open (EPIPE).  The peer's
+ * connection as usual) and both ends are open (EPIPE).  The call waits
+ * for the peer's monitor to answer (ECONNRESET, the connection reset, if
+ * it does not within the rendezvous timeout).  One end moves at a time:
+ * EAGAIN while the peer's bridge is moving (SD_RING_MOVED is up), or when
+ * it left at the same moment and its move goes first (the connecting
+ * side's does); the bridge follows that move and tries again.  The peer's
  * monitor is told (its bridge finds SD_RING_MOVED on its send ring's
  * consumer flags), and closing the descriptor then does not reset the
  * connection: the next SD_IOC_RDMA_BRIDGE, from any process that holds
@@ -199,7 +204,7 @@ struct sd_rdma_move {
 	__u64 took;	/* of those, what the peer said it took (its credit) */
 	__u64 copied;	/* stream bytes of the peer's put in the receive ring */
 	__u32 flags;	/* SD_RDMA_MOVE_* */
-	__u32 reserved;	/* 0 */
+	__u32 kept;	/* 0 on LEAVE; else what its stash held */
 	/* Where it was in this end's rings (kept here, not sent): */
 	__u64 tx_head;	/* the send ring's, as its consumer */
 	__u64 rx_tail;	/* the receive ring's, as its producer */
@@ -221,11 +226,31 @@ struct sd_rdma_moved {
 
 #define SD_RDMA_MOVED_HALF	(1U << 0)
 
+/*
+ * SD_IOC_RDMA_STASH, on the bridge's descriptor before it leaves: the
+ * peer's bytes that landed but are not in the receive ring yet, in stream
+ * order from the move's copied on (at most SD_RDMA_STASH_MAX; len 0
+ * drops them).  The LEAVE that follows takes them, and says so to the
+ * peer (kept, in the positions it reads with SD_IOC_RDMA_MOVED): the peer
+ * sends again only what comes after them.  A LEAVE that fails drops them.
+ * SD_IOC_RDMA_UNSTASH, on a successor's descriptor: they, into the buffer
+ * (len at least kept; EMSGSIZE otherwise), once; returns how many.
+ */
+struct sd_rdma_stash {
+	__u64 addr;
+	__u32 len;
+	__u32 reserved;	/* 0 */
+};
+
+#define SD_RDMA_STASH_MAX	(1U << 20)
+
 #define SD_IOC_RDMA_LEAVE	_IOW('S', 0xD9, struct sd_rdma_move)
 #define SD_IOC_RDMA_HANDOVER	_IOW('S', 0xDE, struct sd_rdma_move)
 #define SD_IOC_RDMA_RESUME	_IOR('S', 0xDA, struct sd_rdma_move)
 #define SD_IOC_RDMA_MOVE	_IOW('S', 0xDB, struct sd_rdma_half)
 #define SD_IOC_RDMA_MOVED	_IOR('S', 0xDC, struct sd_rdma_moved)
+#define SD_IOC_RDMA_STASH	_IOW('S', 0xDF, struct sd_rdma_stash)
+#define SD_IOC_RDMA_UNSTASH	_IOW('S', 0xE0, struct sd_rdma_stash)
 
 /*
  * Rings.
@@ -699,6 +724,7 @@ enum sd_stat {
 				 * the bridge
 				 */
 	SD_STAT_RDMA_MOVES,	/* bridges that left for another process's */
+	SD_STAT_RDMA_MOVES_CROSSED,	/* LEAVEs that crossed the peer's */
 	__SD_STAT_MAX,
 };
 
