@@ -471,7 +471,8 @@ int sd_tcp_accept(struct sock *sk, struct socket **newtcp);
 void sd_tcp_adopt(struct sock *child, struct socket *newtcp,
 		  const struct sock *lsk);
 void sd_tcp_graft(struct sock *child, struct socket *newsock);
-int sd_tcp_switch(struct sock *sk, u8 reason);
+int sd_tcp_switch(struct sock *sk, u8 reason, struct sockaddr *uaddr,
+		  int addr_len, int *cerr);
 struct socket *sd_tcp_detach(struct sock *sk);
 void sd_tcp_release(struct socket *sock, struct socket *tcp);
 int sd_tcp_info(struct sock *sk, char __user *optval, int __user *optlen);

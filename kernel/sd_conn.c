@@ -1281,8 +1281,11 @@ static void sd_connect_work(struct work_struct *work)
 		goto out;
 	}
 	sd_set_state(sk, TCP_CLOSE);
-	sd_connect_done(ss);
-	/* Unlocks; TCP's connect goes on without us. */
+	/*
+	 * Unlocks; TCP's connect goes on without us.  The background
+	 * connect ends only once the socket is TCP's and connecting: until
+	 * then poll says nothing (pairs: sd_poll()).
+	 */
 	err = sd_connect_tcp(sk, (struct sockaddr *)&job->addr, job->addr_len,
 			     O_NONBLOCK, reason, &job->dst);
 	if (err && err != -EINPROGRESS) {
@@ -1297,6 +1300,7 @@ static void sd_connect_work(struct work_struct *work)
 		}
 		release_sock(sk);
 	}
+	sd_connect_done(ss);
 out:
 	sd_wake(sk);
 	/* The file last: its release may free the socket (it held sk). */
@@ -1343,7 +1347,8 @@ static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
 
 /*
  * A redirected socket found no AF_SD peer (@reason): it becomes its TCP
- * socket, which connects.  Called with @sk locked; returns unlocked.
+ * socket, which connects.  Called with @sk locked; returns unlocked: the
+ * error that kept it from switching, or TCP's answer to the connect.
  */
 static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 			  int addr_len, int flags, u8 reason,
@@ -1353,15 +1358,25 @@ static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 	struct sd_net *sn = sd_net(sock_net(sk));
 	struct sd_addr local;
 	struct socket *tcp;
-	int err;
+	int err, cerr;
 
-	err = sd_tcp_switch(sk, reason);
+	err = sd_tcp_switch(sk, reason, uaddr, addr_len, &cerr);
 	release_sock(sk);
 	if (err)
 		return err;
 	tcp = ss->tcp;
-	/* The AF_SD socket is unlocked: a blocking connect waits in TCP. */
-	err = tcp->ops->connect(tcp, uaddr, addr_len, flags);
+	err = cerr;
+	/*
+	 * The AF_SD socket is unlocked: a blocking connect waits in TCP,
+	 * whose connect of a connecting socket waits for its end.  It says
+	 * EALREADY where the first call would have said EINPROGRESS (its
+	 * SO_SNDTIMEO ran out).
+	 */
+	if (err == -EINPROGRESS && !(flags & O_NONBLOCK)) {
+		err = tcp->ops->connect(tcp, uaddr, addr_len, flags);
+		if (err == -EALREADY)
+			err = -EINPROGRESS;
+	}
 	if (err && err != -EINPROGRESS)
 		return err;
 

@@ -429,10 +429,17 @@ static enum sd_stat sd_fallback_stat(u8 reason)
 }
 
 /*
- * Fall back to TCP: from now on the TCP socket carries this socket, and
- * the file points at it.  Called with @sk locked, before the connect.
+ * Fall back to TCP for a connect to @uaddr: from now on the TCP socket
+ * carries this socket, and the file points at it.  TCP's connect begins,
+ * non-blocking, before that: a TCP socket that has not begun to connect
+ * polls writable and hung up, and a program that polls the file meanwhile
+ * would take that for a failed connect.  Returns the error that kept the
+ * socket from switching, or 0 with TCP's answer in *@cerr (-EINPROGRESS,
+ * 0 or its error; a blocking connect then waits in TCP, see
+ * sd_connect_tcp()).  Called with @sk locked (then TCP's lock is taken).
  */
-int sd_tcp_switch(struct sock *sk, u8 reason)
+int sd_tcp_switch(struct sock *sk, u8 reason, struct sockaddr *uaddr,
+		  int addr_len, int *cerr)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct socket *sock = sk->sk_socket;
@@ -444,6 +451,7 @@ int sd_tcp_switch(struct sock *sk, u8 reason)
 		return err;
 	sd_tcp_sync(sk);
 	sd_tcp_hook(sk, true);
+	*cerr = tcp->ops->connect(tcp, uaddr, addr_len, O_NONBLOCK);
 	if (sock && sock->file) {
 		tcp->file = sock->file;
 		/*

@@ -2047,6 +2047,51 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
         assert fallbacks(da()) == {"fallback_no_rdma": 1}, da()
 
 
+POLLOUT = 4     # <poll.h>
+
+
+def test_a_background_fallback_never_polls_hung_up(h, tmp_path):
+    """While a non-blocking connect that offers RDMA falls back to TCP in
+    the background (B's fake monitor answers NO_RDMA), poll never says
+    more than TCP's own connect would: nothing, then writable.  A socket
+    that becomes TCP before TCP's connect has begun would poll writable
+    and hung up (POLLOUT|POLLHUP), which an event loop takes for a failed
+    connect.  A thread polls each socket without a pause, from before the
+    answer until it is writable, ten connects in a row."""
+    n = 10
+    h.echo_server()
+    fake = h.fake_monitor([[["wait", str(tmp_path / f"go{i}")],
+                            ["send", reply(ST_NO_RDMA).hex()], ["close"]]
+                           for i in range(n)])
+    da = Counters(A)
+    for i in range(n):
+        got = h.a.call(f"""
+            S['c{i}'] = rsock(half={new_half()!r})
+            S['c{i}'].setblocking(False)
+            return Family.connect(S['c{i}'], {ADDR_B!r}, {PORT})""")
+        assert got == "EINPROGRESS", got
+        fake.request(i)
+        watch = h.a.start(f"""
+            p = select.poll()
+            p.register(S['c{i}'], select.POLLIN | select.POLLOUT |
+                       select.POLLRDHUP)
+            seen, end = [], time.monotonic() + 20
+            while time.monotonic() < end:
+                ev = p.poll(0)
+                m = ev[0][1] if ev else 0
+                if m and m not in seen:
+                    seen.append(m)
+                if m & select.POLLOUT:
+                    break
+            return seen""")
+        (tmp_path / f"go{i}").touch()
+        assert watch.result() == [POLLOUT], (i, watch.result())
+        assert h.a.call(f"""
+            S['c{i}'].setblocking(True)
+            return [kind('c{i}'), echo('c{i}')]""") == ["tcp", True]
+    assert fallbacks(da()) == {"fallback_no_rdma": n}, da()
+
+
 def test_shutdown_while_the_rendezvous_is_on_its_way(h, tmp_path):
     """A shutdown of a non-blocking RDMA connect's socket, made while the
     (fake) monitor holds the request, waits for the answer and then shuts
