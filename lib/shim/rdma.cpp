@@ -792,7 +792,9 @@ void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remo
 	wr.sg_list = len ? &sge : nullptr;
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-	wr.send_flags = IBV_SEND_SIGNALED;
+	// Solicited: its arrival raises an event at the peer even when the
+	// peer's queue is armed for those alone (arm_cqs()).
+	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
 	wr.imm_data = htonl(imm);
 	wr.wr.rdma.remote_addr = remote;
 	wr.wr.rdma.rkey = rkey;
@@ -1353,11 +1355,37 @@ bool step(Link *l, bool *done) noexcept
 	return moved;
 }
 
-// Completions from now on raise an event on the channel.  Under hub.lock.
-void arm_cqs() noexcept
+// Whether something waits for the completion of one of our own writes:
+// a link whose writes fill its share of the send queue (the rest of its
+// send ring, or its credit, waits for a slot), or one that ends or leaves
+// (it waits until nothing is in flight).  Under hub.lock.
+bool send_waited() noexcept
 {
+	const bool exiting = hub.exiting.load(std::memory_order_relaxed);
+	for (unsigned i = 0; i < top; i++) {
+		const Link *l = hub.slots[i];
+		if (!l || !l->started || l->failed || !l->inflight)
+			continue;
+		if (l->data_inflight >= DATA_INFLIGHT || l->inflight >= SEND_WR || exiting ||
+		    l->state != State::RUN || l->tx_done || l->leaving || l->handing ||
+		    l->execing || sock_closed(l))
+			return true;
+	}
+	return false;
+}
+
+// Completions from now on raise an event on the channel: every one while
+// something waits for our own writes to complete, else only the peers'
+// writes (all solicited, write_imm()) and errors.  A write of ours
+// completing when nothing waits for it would only wake a thread that
+// sleeps for the peer's answer to it: one wake-up more per message.
+// Returns whether it armed for every completion.  Under hub.lock.
+bool arm_cqs() noexcept
+{
+	const bool all = send_waited();
 	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++)
-		ibv_req_notify_cq(hub.cq[c], 0);
+		ibv_req_notify_cq(hub.cq[c], all ? 0 : 1);
+	return all;
 }
 
 // The channel's events, taken (it is non-blocking), so that it polls
@@ -1422,8 +1450,15 @@ int before_sleep(int fd) noexcept
 			goto out;
 	}
 	if (hub.chan && !hub.exiting.load(std::memory_order_relaxed)) {
-		arm_cqs();
-		chan = help_locked(only) ? -2 : hub.chan->fd;
+		const bool all = arm_cqs();
+		bool landed = help_locked(only);
+		// Its own share may have filled a link's send queue: armed
+		// again for every completion, and one more look.
+		if (!all && send_waited()) {
+			arm_cqs();
+			landed |= help_locked(only);
+		}
+		chan = landed ? -2 : hub.chan->fd;
 	}
 out:
 	pthread_mutex_unlock(&hub.lock);
@@ -2171,6 +2206,12 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 		done = l->started && l->state == State::RUN && !l->failed &&
 		       !hub.exiting.load(std::memory_order_relaxed) &&
 		       (dir == SD_TOKEN_TX ? l->cons().readable() == 0 : l->copied == l->arrived);
+		// This call took the flag that says the bridge sleeps: set
+		// again for it, so that the next send comes here too.  The
+		// bridge's queue may be armed for the peer's writes only, and
+		// our write's completion would not wake it to look.
+		if (done && dir == SD_TOKEN_TX && l->cons().prepare_wait() != 1)
+			done = false;
 	}
 	errno = saved;
 	pthread_mutex_unlock(&hub.lock);
