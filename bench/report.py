@@ -909,7 +909,8 @@ def remote_md(rm, meta):
           "throughput.  In this run (guest figures): "
           f"{remote_targets_md(rm['targets'])}.**", "",
           f"Two QEMU guests ({accel}, kernel {m.get('kernel', '?')}) joined by a "
-          "QEMU socket link, each with af_sd.ko and a soft-RoCE device "
+          "QEMU stream link (a Unix socket of the host), each with af_sd.ko and "
+          "a soft-RoCE device "
           f"({m.get('device', 'rxe0')}) on its NIC (tests/vm/pair --rdma, "
           "bench/remote): the client runs in guest A "
           f"({m.get('local', '10.77.0.1')}), the server in guest B "
@@ -968,7 +969,8 @@ def remote_md(rm, meta):
     csw = [(n, p) for n, p in by if "client_vcsw_per_rt" in p]
     if csw:
         md += ["What the client's process spent per round trip (getrusage, all "
-               "its threads; voluntary context switches, processor time): "
+               "its threads, its start and connection setup included; voluntary "
+               "context switches, processor time in µs): "
                + "; ".join(f"{n}: {p['client_vcsw_per_rt']:.2f}, "
                            f"{us(p['client_cpu_us_per_rt'])}" for n, p in csw)
                + ".", ""]
