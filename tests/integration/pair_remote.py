@@ -622,8 +622,14 @@ def test_both_ends_move(peer, settings, when):
                 peer_sysctl(peer, key, 10000)
             undo = delay_link_from(peer, RDV_PORT, 1000)
         before, pbefore = stats(), stats(peer)
-        run_scenario(peer, "both_parents_exit",
-                     APP_PORT + {"in_turn": 16, "at_once": 17}[when])
+        try:
+            run_scenario(peer, "both_parents_exit",
+                         APP_PORT + {"in_turn": 16, "at_once": 17}[when])
+        except AssertionError as e:
+            # What each monitor counted, for the cause (a move that did
+            # not happen, crossed or not, a reset).
+            raise AssertionError(f"{e}\nA: {delta(before, stats())}\n"
+                                 f"B: {delta(pbefore, stats(peer))}") from None
         d, pd = delta(before, stats()), delta(pbefore, stats(peer))
     finally:
         if undo:

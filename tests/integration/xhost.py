@@ -580,14 +580,27 @@ def server_parent_exits_child_carries_on(role):
 def exchange(t, s, out_seed, in_seed, extra_seed):
     """4 MiB each way at once after a move (the 64 kB the other's parent
     sent first ahead of what comes in), then the ends of stream."""
+    failed = []
+
     def send():
-        s.sendall(pattern(ANSWER, out_seed))
-        s.shutdown(socket.SHUT_WR)
+        try:
+            s.sendall(pattern(ANSWER, out_seed))
+            s.shutdown(socket.SHUT_WR)
+        except OSError as e:
+            failed.append(f"{type(e).__name__}: {e}")
     th = threading.Thread(target=send)
     th.start()
     got = recv_all(s)
     th.join()
-    t.log("stream", got == pattern(1 << 16, extra_seed) + pattern(ANSWER, in_seed))
+    want = pattern(1 << 16, extra_seed) + pattern(ANSWER, in_seed)
+    t.log("stream", got == want)
+    if got != want or failed:
+        # Only on a failure (the rows of every transport stay the same):
+        # how much came, where it first differs, and the send's error.
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                     min(len(got), len(want)))
+        t.log("stream_detail", {"got": len(got), "want": len(want),
+                                "first_difference": first, "send": failed})
 
 
 @scenario
