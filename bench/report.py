@@ -823,7 +823,7 @@ def remote_targets(rows, many=None):
     def value(key, col):
         d = rows.get(key, {}).get(col)
         return d.get("value") if d else None
-    rtt, small = ("pingpong", 64), ("stream", 64)
+    rtt, small = ("pingpong", SMALL_REMOTE), ("stream", SMALL_REMOTE)
     sd_rtt = value(("sd-rdma", "sockperf"), rtt)
     wr_rtt = value(("rdma-write", None), rtt)
     sd_rate = value(("sd-rdma", "sockperf"), small)
