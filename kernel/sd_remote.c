@@ -1104,23 +1104,37 @@ out:
 }
 
 /* Send one message on the link, bounded by the rendezvous timeout. */
-static int sd_link_send(struct sd_link *link, void *msg, size_t len)
+static int sd_link_send_locked(struct sd_link *link, void *msg, size_t len)
 {
-	int err;
-
-	mutex_lock(&link->send_lock);
+	lockdep_assert_held(&link->send_lock);
 	if (READ_ONCE(link->ended) || !link->sock)
-		err = -ECONNRESET;
-	else
-		err = sd_rdv_io(link->sock, msg, len, true,
-				jiffies + sd_rdv_timeo(link->sn));
-	mutex_unlock(&link->send_lock);
+		return -ECONNRESET;
+	return sd_rdv_io(link->sock, msg, len, true,
+			 jiffies + sd_rdv_timeo(link->sn));
+}
+
+/*
+ * After sd_link_send_locked(), without send_lock: a send that failed
+ * may have left part of a message on the link, which ends it.
+ */
+static int sd_link_sent(struct sd_link *link, int err)
+{
 	if (err && err != -ECONNRESET) {
 		sd_link_end(link, true);
 		if (err != -ERESTARTSYS)
 			err = -ECONNRESET;
 	}
 	return err;
+}
+
+static int sd_link_send(struct sd_link *link, void *msg, size_t len)
+{
+	int err;
+
+	mutex_lock(&link->send_lock);
+	err = sd_link_send_locked(link, msg, len);
+	mutex_unlock(&link->send_lock);
+	return sd_link_sent(link, err);
 }
 
 /*
@@ -1145,6 +1159,16 @@ int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at)
 	long left = 0;
 	int err = 0;
 
+	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEAVE, sizeof(msg));
+	/*
+	 * send_lock from the look at the peer's move to our LEAVE on the
+	 * wire.  A LEAVE of the peer's that comes meanwhile finds ours
+	 * waiting (crossed), and on the accepting side its LEFT goes from
+	 * left_work, which takes send_lock too: after our LEAVE.  Sent
+	 * first, that LEFT would end the peer's monitor's wait, which would
+	 * then take our LEAVE, refused here, as a move of ours.
+	 */
+	mutex_lock(&link->send_lock);
 	spin_lock(&link->lock);
 	if (link->ended)
 		err = -ECONNRESET;
@@ -1157,11 +1181,13 @@ int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at)
 		link->leave_err = 0;
 	}
 	spin_unlock(&link->lock);
-	if (err)
+	if (err) {
+		mutex_unlock(&link->send_lock);
 		return err;
-
-	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEAVE, sizeof(msg));
-	err = sd_link_send(link, &msg, sizeof(msg));
+	}
+	err = sd_link_send_locked(link, &msg, sizeof(msg));
+	mutex_unlock(&link->send_lock);
+	err = sd_link_sent(link, err);
 	if (!err)
 		left = wait_event_killable_timeout(link->wait,
 						   !READ_ONCE(link->leave_waits) ||
