@@ -1093,6 +1093,9 @@ bool peer_left(Link *l, const sd_rdma_move &at) noexcept
 	l->arrived = at.sent;
 	l->peer_fin = fin;
 	l->closed_seen = false;
+	// A leave of ours that waited for its writes starts again once the
+	// peer's successor is there: what goes again, and our credit, first.
+	l->leaving = false;
 	if (l->state != State::MOVING) {
 		l->state = State::MOVING;
 		l->moving_since = fast::now_ns();
@@ -1234,6 +1237,12 @@ bool try_leave(Link *l, bool *done, Leave why) noexcept
 	if (l->state != State::RUN || l->hold || sock_closed(l) || peer_closed(l)) {
 		l->leaving = l->handing = l->execing = false;
 		l->leave_tried |= why == Leave::EXIT;
+		return false;
+	}
+	// What the peer's move asked of us again goes first: a successor
+	// resumes at the send ring's head, and only our mirror holds that.
+	if (l->sent != l->pushed || l->refin) {
+		l->leaving = false;
 		return false;
 	}
 	l->leaving = true;
