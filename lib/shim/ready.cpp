@@ -187,6 +187,39 @@ struct Sleep {
 	}
 };
 
+// A thread whose last RDMA_BRIEF_AFTER waits here all ended in a sleep,
+// in a process with RDMA connections (what it waits for comes from
+// another host, farther away than a spin), sleeps at once but for every
+// RDMA_PROBE_EVERY-th wait, which spins to see whether that changed, as a
+// receive does on an RDMA connection (fast.cpp).  Per thread: an event
+// loop's waits are its own.
+constinit thread_local std::uint8_t wait_misses __attribute__((tls_model("initial-exec"))) = 0;
+
+// The backoff of a wait that begins.
+Backoff wait_backoff()
+{
+	Backoff b;
+	const unsigned m = wait_misses;
+	b.brief = rdma_links.load(std::memory_order_relaxed) && m >= RDMA_BRIEF_AFTER &&
+		  m % RDMA_PROBE_EVERY;
+	return b;
+}
+
+// A wait's spin ran out: it sleeps (or the kernel's call does).
+void wait_missed()
+{
+	const unsigned m = wait_misses;
+	wait_misses = static_cast<std::uint8_t>(m >= 250 ? RDMA_BRIEF_AFTER : m + 1);
+}
+
+// A wait found something while it spun, before any sleep: spinning may
+// pay (halved, as a receive's, fast.cpp).
+void wait_paid(bool spun, bool slept)
+{
+	if (spun && !slept)
+		wait_misses = static_cast<std::uint8_t>(wait_misses / 2);
+}
+
 timespec ms_ts(int ms)
 {
 	return {ms / 1000, (ms % 1000) * 1'000'000L};
@@ -225,14 +258,16 @@ int scan_poll(const pollfd *p, nfds_t n, int *mine, bool *kernel)
 bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 {
 	int mine[MAX_SET];
-	bool kernel;
-	Backoff backoff;
+	bool kernel, spun = false, slept = false;
+	Backoff backoff = wait_backoff();
 
 	if (!n || n > MAX_SET)
 		return false;
 	for (;;) {
-		if (scan_poll(p, n, mine, &kernel) > 0)
+		if (scan_poll(p, n, mine, &kernel) > 0) {
+			wait_paid(spun, slept);
 			break;
+		}
 		if (kernel)
 			return false;
 		if (w == Wait::zero) {
@@ -241,8 +276,11 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 			*result = 0;
 			return true;
 		}
+		spun = true;
 		if (backoff.again())
 			continue;
+		wait_missed();
+		slept = true;
 		const int s = sleep(p, static_cast<unsigned>(n), result);
 		if (s < 0) {
 			for (nfds_t i = 0; i < n; i++)
@@ -303,11 +341,13 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 	}
 
 	int mine[MAX_SET];
-	bool kernel;
-	Backoff backoff;
+	bool kernel, spun = false;
+	Backoff backoff = wait_backoff();
 	for (;;) {
-		if (scan_poll(p, n, mine, &kernel) > 0)
+		if (scan_poll(p, n, mine, &kernel) > 0) {
+			wait_paid(spun, false);
 			break;
+		}
 		if (kernel || !n)
 			return false;
 		if (w == Wait::zero) {
@@ -320,8 +360,11 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			*result = 0;
 			return true;
 		}
-		if (!backoff.again())
+		spun = true;
+		if (!backoff.again()) {
+			wait_missed();
 			return false;
+		}
 	}
 
 	// The kernel answers for its own fds, without waiting.
@@ -513,9 +556,9 @@ void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep, int *result)
 {
 	Ep *e = ep_of(epfd);
-	Backoff backoff;
+	Backoff backoff = wait_backoff();
 	int found = 0;
-	bool kernel = false;
+	bool kernel = false, spun = false, slept = false;
 	std::uint64_t kdata[MAX_KERNEL];
 	unsigned nk = 0;
 
@@ -578,16 +621,21 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 			e->next = i + 1;
 		}
 		pthread_mutex_unlock(&e->lock);
-		if (found)
+		if (found) {
+			wait_paid(spun, slept);
 			break;
+		}
 		if (kernel)
 			return false;
 		if (w == Wait::zero) {
 			*result = 0;
 			return true;
 		}
+		spun = true;
 		if (backoff.again())
 			continue;
+		wait_missed();
+		slept = true;
 		const pollfd set = {epfd, POLLIN, 0};
 		const int s = sleep(&set, 1, result);
 		if (s < 0)
