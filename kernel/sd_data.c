@@ -131,9 +131,9 @@ static void sd_unlock_call(struct sock *sk, bool prod)
  * A sleeper is done with a flag it set in a ring (READER_WAIT,
  * NEED_CREDIT) and has left the wait queue.  Others may rely on the same
  * flag: another caller asleep, a poll or an epoll entry, each of which set
- * it after joining the queue.  So clear it, then (full barrier) look at
- * the queue and set it again if anyone is there; one who joins after the
- * look sets it itself.
+ * it after joining the queue, or O_ASYNC, whose SIGIO comes with every
+ * wake-up.  So clear it, then (full barrier) look at the queue and set it
+ * again if anyone is there; one who joins after the look sets it itself.
  */
 static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
 			    unsigned int which, u32 flag)
@@ -144,7 +144,7 @@ static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
 	rcu_read_lock();
 	wq = rcu_dereference(sk->sk_wq);
 	/* skwq_has_sleeper() orders the clear before the look. */
-	if (skwq_has_sleeper(wq))
+	if (skwq_has_sleeper(wq) || sock_flag(sk, SOCK_FASYNC))
 		sd_ring_set_flags(ring, which, flag);
 	rcu_read_unlock();
 }
@@ -762,6 +762,15 @@ static int sd_recv_wait(struct socket *sock, int __user *arg)
 out_remove:
 	sd_xwait_remove(&x);
 	remove_wait_queue(sk_sleep(sk), &wait);
+	/*
+	 * The other file woke us: the caller moves what came into the ring
+	 * itself and looks at it again, so the writer need not wake anyone
+	 * for it unless someone else waits (one system call less for every
+	 * message that wakes the caller).
+	 */
+	if (!err)
+		sd_done_waiting(sk, sd_rx(ss), SD_RING_HDR_CONS,
+				SD_RING_READER_WAIT);
 out_put:
 	fput(other);
 	return err;

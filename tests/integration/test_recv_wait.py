@@ -1,10 +1,12 @@
 """SD_IOC_RECV_WAIT (include/uapi/linux/sd.h): a receive's sleep that a
 second file ends too, as libsd sleeps on an RDMA connection and its
 completion channel together.  Its answers, its bounds (SO_RCVTIMEO,
-O_NONBLOCK, signals) and its refusals."""
+O_NONBLOCK, signals), its refusals, and the wait flag it takes back."""
 import errno
 import fcntl
+import mmap
 import os
+import select
 import signal
 import socket
 import struct
@@ -176,3 +178,76 @@ def test_many_waits_leave_nothing_behind(conn):
             c.sendall(b"d")
             assert recv_wait(s, r) == 1
             assert s.recv(1) == b"d"
+
+
+READER_WAIT = 1
+
+
+def rx_cons_flags(s):
+    """s's receive ring's consumer flags, read through a mapping."""
+    from test_sd_specific import offsets
+    _, rx = offsets(s)
+    m = mmap.mmap(s.fileno(), rx["mmap_len"], mmap.MAP_SHARED, mmap.PROT_READ,
+                  offset=0x80000000)
+    try:
+        return struct.unpack_from("I", m, rx["cons_flags"])[0]
+    finally:
+        m.close()
+
+
+def test_woken_by_the_other_file_it_takes_the_flag_back(conn):
+    """The caller moves what woke it into the ring itself: no writer need
+    wake anyone for it, so the flag the wait armed is cleared ..."""
+    c, s, r, w = conn
+    os.write(w, b"e")
+    assert recv_wait(s, r) == 0
+    assert not rx_cons_flags(s) & READER_WAIT
+    os.read(r, 1)
+    # ... and set again by the next wait, which a writer then ends.
+    t = later(0.2, lambda: c.sendall(b"d"))
+    assert recv_wait(s, r) == 1
+    t.join()
+    assert s.recv(1) == b"d"
+
+
+def test_the_flag_stays_for_another_sleeper(conn):
+    """... unless someone else relies on it: a thread asleep in poll on
+    the socket, which the writer must still wake."""
+    c, s, r, w = conn
+    woke = []
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    t = threading.Thread(target=lambda: woke.append(p.poll(10000)))
+    t.start()
+    time.sleep(0.3)
+    os.write(w, b"e")
+    assert recv_wait(s, r) == 0
+    assert rx_cons_flags(s) & READER_WAIT
+    c.sendall(b"d")
+    t.join(10)
+    assert woke and woke[0] and woke[0][0][1] & select.POLLIN
+    assert s.recv(1) == b"d"
+
+
+@pytest.mark.parametrize("how", ["epoll", "O_ASYNC"])
+def test_the_flag_stays_for_epoll_and_sigio(conn, how):
+    """An epoll entry on the socket, or O_ASYNC (SIGIO comes with every
+    wake-up), keeps it too."""
+    c, s, r, w = conn
+    if how == "epoll":
+        ep = select.epoll()
+        ep.register(s, select.EPOLLIN | select.EPOLLET)
+    else:
+        old = signal.signal(signal.SIGIO, signal.SIG_IGN)
+        fcntl.fcntl(s, fcntl.F_SETOWN, os.getpid())
+        fcntl.fcntl(s, fcntl.F_SETFL, fcntl.fcntl(s, fcntl.F_GETFL) | os.O_ASYNC)
+    try:
+        os.write(w, b"e")
+        assert recv_wait(s, r) == 0
+        assert rx_cons_flags(s) & READER_WAIT
+    finally:
+        if how == "epoll":
+            ep.close()
+        else:
+            fcntl.fcntl(s, fcntl.F_SETFL, fcntl.fcntl(s, fcntl.F_GETFL) & ~os.O_ASYNC)
+            signal.signal(signal.SIGIO, old)

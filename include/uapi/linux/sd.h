@@ -396,7 +396,10 @@ struct sd_token {
  * it (EINTR, or the call restarts under SA_RESTART).  Returns 1 when the
  * socket has something, else 0 when other is readable.  For a thread
  * that moves bytes in user space on other's events (libsd's RDMA
- * completion channel) and must also wake for the kernel's.  EBADF: other
+ * completion channel) and must also wake for the kernel's.  On 0 the
+ * socket's SD_RING_READER_WAIT is taken back unless another sleeper, a
+ * poll or epoll entry or O_ASYNC relies on it: the caller looks at the
+ * ring again, and arms it again before it sleeps again.  EBADF: other
  * is not open; EINVAL: other is fd itself or a file that poll cannot
  * wait on with one wait queue; ENOTCONN: fd is not connected; EOPNOTSUPP:
  * fd fell back to TCP.
