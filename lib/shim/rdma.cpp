@@ -72,7 +72,9 @@ constexpr unsigned MAX_LINKS = 1024;
 constexpr unsigned MAX_CQS = 16;	// MAX_LINKS on devices of 64 links a queue
 constexpr int WAIT_MS = 1000;		// a sleeping bridge looks around this often
 constexpr int BLIND_MS = 20;		// and this often while it leaves completions to
-					// a program thread (wait_events())
+					// a program thread (wait_events()) whether it
+					// still sleeps,
+constexpr int BLIND_LOOK_MS = 100;	// and this often at everything else
 constexpr std::int64_t EXIT_STALL_NS = 3'000'000'000;	// exit: no progress this long
 constexpr std::int64_t IDLE_EXIT_NS = 2'000'000'000;	// no connection: the thread ends
 constexpr std::int64_t ALONE_CHECK_NS = 1'000'000'000;	// is it the last thread?
@@ -216,6 +218,7 @@ struct Hub {
 	std::uint32_t gens[MAX_LINKS] = {};
 	std::atomic<std::uint64_t> progress{0};
 	std::atomic<unsigned> waiters{0};	// program threads in sd_rdma_wait()
+	std::atomic<unsigned> naps{0};		// and how many went there so far
 };
 
 constinit Hub hub;
@@ -1471,8 +1474,10 @@ int before_sleep(int fd) noexcept
 	}
 out:
 	pthread_mutex_unlock(&hub.lock);
-	if (chan >= 0)
+	if (chan >= 0) {
 		hub.waiters.fetch_add(1, std::memory_order_relaxed);
+		hub.naps.fetch_add(1, std::memory_order_relaxed);
+	}
 	return chan;
 }
 
@@ -1597,9 +1602,7 @@ void wait_events() noexcept
 		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
 			now = true;
 	}
-	int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
-	if (blind)
-		ms = std::min(ms, BLIND_MS);
+	const int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
 	// The ends of pending connects wake us too (pending_check()).  Only
 	// this thread closes their copies, so they stay open while it polls.
 	pollfd p[2 + MAX_PENDING];
@@ -1617,7 +1620,29 @@ void wait_events() noexcept
 	}
 	p[0] = {blind ? -1 : hub.chan->fd, POLLIN, 0};
 	p[1] = {hub.ev, POLLIN, 0};
-	if (real::poll()(p, nfds, ms) <= 0)
+	int r;
+	if (blind) {
+		// Blind, it looks every BLIND_MS whether program threads
+		// still sleep on the channel (one does now, or one went to
+		// sleep since the last look: a thread between a request and
+		// its answer), and at everything else only once none does, or
+		// every BLIND_LOOK_MS.  Taking the lock and going round the
+		// loop every BLIND_MS cost a few system calls each time, and
+		// made the sleeping thread wait for the lock when its answer
+		// came.
+		unsigned naps = hub.naps.load(std::memory_order_relaxed);
+		for (int left = std::min(ms, BLIND_LOOK_MS);; left -= BLIND_MS) {
+			r = real::poll()(p, nfds, std::min(left, BLIND_MS));
+			const unsigned now_naps = hub.naps.load(std::memory_order_relaxed);
+			if (r || left <= BLIND_MS ||
+			    (!hub.waiters.load(std::memory_order_relaxed) && now_naps == naps))
+				break;
+			naps = now_naps;
+		}
+	} else {
+		r = real::poll()(p, nfds, ms);
+	}
+	if (r <= 0)
 		return;
 	if (p[0].revents & POLLIN) {
 		pthread_mutex_lock(&hub.lock);
