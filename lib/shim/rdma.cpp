@@ -67,6 +67,11 @@ constexpr unsigned SEND_WR = 16;	// all writes in flight (data, credit, fin)
 constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
 constexpr std::uint64_t CREDIT_BATCH = LAND_SIZE / 4;	// see credit_due()
 constexpr unsigned CQE_PER_LINK = SEND_WR + RECVS;	// its completions in flight at most
+// Writes this small carry their bytes in the request itself: the device
+// need not read them from our memory region (an adapter's read across the
+// bus; rxe's key lookup and page walk), as rsocket's and perftest's small
+// writes (rdma.rst).
+constexpr std::uint32_t INLINE_MAX = 256;
 constexpr unsigned CQ_FIRST_LINKS = 8;	// a new completion queue's room, then doubled
 constexpr unsigned MAX_LINKS = 1024;
 constexpr unsigned MAX_CQS = 16;	// MAX_LINKS on devices of 64 links a queue
@@ -139,6 +144,7 @@ struct Link {
 	ibv_mr *lmr = nullptr;		// mirror | my_took: only we read them
 	unsigned char *mem = nullptr;	// landing | peer_took | mirror | my_took
 	std::size_t mem_len = 0;
+	std::uint32_t max_inline = 0;	// the largest write the device takes inline
 	unsigned char *landing = nullptr, *mirror = nullptr;
 	std::uint64_t *peer_took = nullptr, *my_took = nullptr;
 	void *tx_map = MAP_FAILED, *rx_map = MAP_FAILED;
@@ -526,9 +532,16 @@ bool link_prepare(Link *l) noexcept
 	qa.cap.max_recv_wr = RECVS;
 	qa.cap.max_send_sge = 1;
 	qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = INLINE_MAX;
 	l->qp = v.ibv_create_qp(hub.pd, &qa);
+	if (!l->qp) {
+		// A device that takes nothing inline.
+		qa.cap.max_inline_data = 0;
+		l->qp = v.ibv_create_qp(hub.pd, &qa);
+	}
 	if (!l->qp || !qp_init(l))
 		return false;
+	l->max_inline = std::min(qa.cap.max_inline_data, INLINE_MAX);
 
 	unsigned seed = 0;
 	timespec ts;
@@ -798,6 +811,8 @@ void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remo
 	// Solicited: its arrival raises an event at the peer even when the
 	// peer's queue is armed for those alone (arm_cqs()).
 	wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
+	if (len && len <= l->max_inline)
+		wr.send_flags |= IBV_SEND_INLINE;
 	wr.imm_data = htonl(imm);
 	wr.wr.rdma.remote_addr = remote;
 	wr.wr.rdma.rkey = rkey;

@@ -91,8 +91,9 @@ def pollmask(s, timeout_ms, want):
 def echo_sizes(role):
     # Each echo waits for all of its bytes to come back, so the biggest
     # must fit what the two directions hold in flight (AF_SD's rings are
-    # net.sd.ring_size, TCP's buffers larger).
-    sizes = [1, 7, 100, 4096, 65536, 200000]
+    # net.sd.ring_size, TCP's buffers larger).  255 to 257: either side
+    # of the largest write libsd's bridge posts inline (rdma.rst).
+    sizes = [1, 7, 100, 255, 256, 257, 4096, 65536, 200000]
 
     def server(t, lst):
         c, _ = lst.accept()
