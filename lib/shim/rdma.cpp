@@ -538,7 +538,7 @@ bool link_prepare(Link *l) noexcept
 	qa.cap.max_inline_data = INLINE_MAX;
 	l->qp = v.ibv_create_qp(hub.pd, &qa);
 	if (!l->qp) {
-		// A device that takes nothing inline.
+		// A device that takes less inline (or none): none then.
 		qa.cap.max_inline_data = 0;
 		l->qp = v.ibv_create_qp(hub.pd, &qa);
 	}
