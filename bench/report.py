@@ -747,7 +747,7 @@ def remote_point(ds):
     p["value"] = statistics.median([d["value"] for d in ds])
     p["stat"] = f"median of {len(ds)} rounds' {ds[0].get('stat', 'figures')}"
     p["rounds"] = [{"round": d.get("round", 0), "value": d["value"]} for d in ds]
-    for k in ("client_vcsw_per_rt", "client_cpu_us_per_rt"):
+    for k in ("client_vcsw_per_rt", "client_cpu_us_per_rt", "rtt_us_avg"):
         if all(k in d for d in ds):
             p[k] = statistics.median([d[k] for d in ds])
     return p
@@ -860,6 +860,18 @@ def remote_targets(rows, many=None):
                                 held(sd[r], other[r])),
                     "ratios": [round(sd[r] / other[r], 3) if other[r] else None
                                for r in both]}
+    # The means, beside the verdict (which is the medians'): a program that
+    # busy-polls, as ib_write_lat does, has its slow round trips in a tail
+    # that the median does not see (bench.rst, "Where a round trip goes").
+    def mean(key):
+        d = rows.get(key, {}).get(rtt)
+        return d.get("rtt_us_avg") if d else None
+    sd_mean = mean(("sd-rdma", "sockperf"))
+    for name, key in (("rdma_write", ("rdma-write", None)),
+                      ("rsocket", ("rsocket", rs_prog))):
+        other = mean(key)
+        if sd_mean and other:
+            t[f"rtt_mean_over_{name}"] = sd_mean / other
     if sd_rate and rs_rate:
         t["rate_over_rsocket"] = sd_rate / rs_rate
         t["rate_above_rsocket"] = sd_rate > rs_rate
@@ -966,6 +978,17 @@ def remote_md(rm, meta):
         md += ["Round trips of each round (µs; the table has their medians): "
                + "; ".join(f"{n}: " + ", ".join(us(x["value"]) for x in rs)
                            for n, rs in rounds) + ".", ""]
+    means = [(n, p["rtt_us_avg"]) for n, p in by if "rtt_us_avg" in p]
+    if means:
+        t = rm["targets"]
+        ratios = [f"{t[f'rtt_mean_over_{k}']:.3g}× {what}'s" for k, what in
+                  (("rdma_write", "raw RDMA write"), ("rsocket", "rsocket"))
+                  if f"rtt_mean_over_{k}" in t]
+        md += ["Mean round trips (µs; with rounds, the median of the rounds' "
+               "means; the targets are judged on the medians above): "
+               + "; ".join(f"{n}: {us(v)}" for n, v in means) + "."
+               + (f"  AF_SD's mean is {' and '.join(ratios)}." if ratios else ""),
+               ""]
     csw = [(n, p) for n, p in by if "client_vcsw_per_rt" in p]
     if csw:
         md += ["What the client's process spent per round trip (getrusage, all "

@@ -90,3 +90,34 @@ def test_a_failed_round_counts_only_the_rounds_that_ran():
     r = rm["targets"]["rtt_rounds_rdma_write"]
     assert r["rounds"] == 2 and r["held"] == 1 and r["ratios"] == [1.0, 2.0]
     assert point(rm, "rdma-write")["value"] == 750.0
+
+
+def test_means_are_shown_beside_the_medians_verdict():
+    """The rows' mean round trips (rtt_us_avg, the median over rounds) and
+    AF_SD's mean over raw write's and rsocket's are reported, but the
+    verdict stays the medians'."""
+    lines = []
+    for i, (sd, wr, rs) in enumerate(((2000.0, 1000.0, 1800.0), (1900.0, 1100.0, 1700.0),
+                                      (2100.0, 900.0, 1900.0))):
+        lines += [rtt("sd-rdma", "sockperf", sd, i, rtt_us_avg=sd + 200),
+                  rtt("rdma-write", "ib_write_lat", wr, i, rtt_us_avg=2 * wr + 200),
+                  rtt("rsocket", "sockperf", rs, i, rtt_us_avg=rs + 100)]
+    lines += [rate("sd-rdma", "sockperf", 1e5), rate("rsocket", "sockperf", 1e4)]
+    rm = report.remote(lines)
+    assert point(rm, "sd-rdma")["rtt_us_avg"] == 2200.0
+    assert point(rm, "rdma-write")["rtt_us_avg"] == 2200.0
+    t = rm["targets"]
+    assert t["rtt_mean_over_rdma_write"] == 1.0
+    assert abs(t["rtt_mean_over_rsocket"] - 2200.0 / 1900.0) < 1e-9
+    assert t["rtt_met"] is False            # the medians: 2000 > 1.3 x 1000
+    md = "\n".join(report.remote_md(rm, {}))
+    assert "AF_SD's mean is 1× raw RDMA write's and 1.16× rsocket's." in md
+    assert "judged on the medians" in md
+
+
+def test_no_means_no_line():
+    """Records without rtt_us_avg (older runs) make no line of means."""
+    lines = [rtt("sd-rdma", "sockperf", 1500.0), rtt("rdma-write", "ib_write_lat", 1000.0)]
+    rm = report.remote(lines)
+    assert "rtt_mean_over_rdma_write" not in rm["targets"]
+    assert "Mean round trips" not in "\n".join(report.remote_md(rm, {}))
