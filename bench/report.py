@@ -935,6 +935,14 @@ def remote_md(rm, meta):
           "mean).  Throughput: one-way messages per second (MB/s).  Each ratio "
           "is the row ÷ raw RDMA write at the same test and size: for the round "
           "trip below 1 is faster, for throughput above 1 is more.", ""]
+    pin = m.get("pin_cpu")
+    if pin == "off":
+        md += ["The programs ran wherever each guest's scheduler put them "
+               "(SD_BENCH_REMOTE_PIN=off).", ""]
+    elif pin is not None:
+        md += [f"Every program measured, client and server, ran on processor {pin} "
+               "of its guest, which also took the interrupts of the guest's "
+               "network queues (SD_BENCH_REMOTE_PIN).", ""]
     if m.get("failed"):
         md += [f"**Failed: the pair part: {m['failed']}** (what it measured before "
                "is below; raw/pair.log has the guests' console).", ""]

@@ -121,3 +121,18 @@ def test_no_means_no_line():
     rm = report.remote(lines)
     assert "rtt_mean_over_rdma_write" not in rm["targets"]
     assert "Mean round trips" not in "\n".join(report.remote_md(rm, {}))
+
+
+def test_the_pinning_is_said():
+    """bench/remote's meta says where the programs ran; the report says it
+    too (and nothing for runs from before the setting)."""
+    lines = [rtt("sd-rdma", "sockperf", 1500.0), rtt("rdma-write", "ib_write_lat", 1000.0)]
+    md = "\n".join(report.remote_md(report.remote(lines), {}))
+    assert "processor" not in md and "SD_BENCH_REMOTE_PIN" not in md
+    pinned = lines + [{"meta": {"where": "pair", "pin_cpu": "0",
+                                "irqs_pinned": {"a": ["27"], "b": ["27"]}}}]
+    md = "\n".join(report.remote_md(report.remote(pinned), {}))
+    assert "ran on processor 0 of its guest" in md
+    off = lines + [{"meta": {"where": "pair", "pin_cpu": "off"}}]
+    md = "\n".join(report.remote_md(report.remote(off), {}))
+    assert "SD_BENCH_REMOTE_PIN=off" in md
