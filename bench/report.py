@@ -820,9 +820,9 @@ def remote_targets(rows, many=None):
     64 B message throughput.  Judged on the medians; with rounds (many: the
     records of each row and column), also how many rounds each round-trip
     target held in, comparing the figures of the same round."""
-    def value(key, col):
+    def value(key, col, field="value"):
         d = rows.get(key, {}).get(col)
-        return d.get("value") if d else None
+        return d.get(field) if d else None
     rtt, small = ("pingpong", SMALL_REMOTE), ("stream", SMALL_REMOTE)
     sd_rtt = value(("sd-rdma", "sockperf"), rtt)
     wr_rtt = value(("rdma-write", None), rtt)
@@ -863,13 +863,10 @@ def remote_targets(rows, many=None):
     # The means, beside the verdict (which is the medians'): a program that
     # busy-polls, as ib_write_lat does, has its slow round trips in a tail
     # that the median does not see (bench.rst, "Where a round trip goes").
-    def mean(key):
-        d = rows.get(key, {}).get(rtt)
-        return d.get("rtt_us_avg") if d else None
-    sd_mean = mean(("sd-rdma", "sockperf"))
+    sd_mean = value(("sd-rdma", "sockperf"), rtt, "rtt_us_avg")
     for name, key in (("rdma_write", ("rdma-write", None)),
                       ("rsocket", ("rsocket", rs_prog))):
-        other = mean(key)
+        other = value(key, rtt, "rtt_us_avg")
         if sd_mean and other:
             t[f"rtt_mean_over_{name}"] = sd_mean / other
     if sd_rate and rs_rate:
