@@ -657,6 +657,23 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	ssize_t n;
 
 	backoff.brief = brief;
+	// A thread that spins for data with RDMA connections in the process
+	// polls the completion queues itself (Backoff).
+	struct Spinning {
+		bool on = false;
+		void start()
+		{
+			if (!on && rdma_links.load(std::memory_order_relaxed)) {
+				::sd_rdma_spinning(true);
+				on = true;
+			}
+		}
+		~Spinning()
+		{
+			if (on)
+				::sd_rdma_spinning(false);
+		}
+	} spinning;
 
 	for (;;) {
 		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
@@ -687,6 +704,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		waited = true;
 		if (kernel_ready)
 			break;
+		if (!brief)
+			spinning.start();
 		if (backoff.again())
 			continue;
 		if (!rdma_links.load(std::memory_order_relaxed) ||

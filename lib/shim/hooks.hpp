@@ -82,10 +82,13 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 // Descriptors first to last close: a connection this process shares with
 // its exited parent is taken up first (rdma.cpp).
 void sd_rdma_closing(unsigned int first, unsigned int last) noexcept;
-// A program thread's share of the RDMA bridge's work (rdma.cpp): while it
-// spins, waiting; and when it would wake the bridge about fd's rings
-// (true: no wake needed).
-void sd_rdma_spin() noexcept;
+// A program thread's share of the RDMA bridge's work (rdma.cpp) while it
+// spins, waiting: all of it (full), or only when a completion came; and
+// when it would wake the bridge about fd's rings (true: no wake needed).
+void sd_rdma_spin(bool full) noexcept;
+// A program thread spins for data of an RDMA connection (on), or stopped
+// (off): the bridge thread leaves the completion channel to it meanwhile.
+void sd_rdma_spinning(bool on) noexcept;
 // SD_SHIM_TRACE's line about the bridge ("PID rdma_cqs QUEUES PEAK": the
 // completion queues it made, the most connections it carried at once)
 // into buf: its length, 0 if the process made no RDMA connection.

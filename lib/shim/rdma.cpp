@@ -225,6 +225,7 @@ struct Hub {
 	std::atomic<std::uint64_t> progress{0};
 	std::atomic<unsigned> waiters{0};	// program threads in sd_rdma_wait()
 	std::atomic<unsigned> naps{0};		// and how many went there so far
+	std::atomic<unsigned> spinners{0};	// program threads spinning for data
 	// A sleep ended for the channel, and its event is still to be taken
 	// (after_sleep()).  Under lock.
 	bool events_owed = false;
@@ -1440,14 +1441,16 @@ void take_events() noexcept
 // nullptr) has to land and to send.  Only connections that run, and not
 // while the process exits (the thread's leaving protocol).  The thread
 // still does everything else, and all of this when no program thread
-// calls.  Returns whether bytes landed in a receive ring.  Under hub.lock.
-bool help_locked(Link *only) noexcept
+// calls.  Not full: the links only if a completion came.  Returns
+// whether bytes landed in a receive ring.  Under hub.lock.
+bool help_locked(Link *only, bool full = true) noexcept
 {
 	bool landed = false;
 
 	if (hub.exiting.load(std::memory_order_relaxed))
 		return false;
-	poll_cqs();
+	if (!poll_cqs() && !full)
+		return false;
 	for (unsigned i = 0; i < top; i++) {
 		Link *l = hub.slots[i];
 		if (!l || (only && l != only) || !l->started || l->state != State::RUN ||
@@ -1616,14 +1619,17 @@ void wait_events() noexcept
 	// Woken too, the thread would only contend with it for the lock and
 	// for a processor: it leaves the channel alone then, and looks again
 	// every BLIND_MS, in case that thread went on to something else.
+	// A thread that spins moves what comes or is to go itself, sooner
+	// than this one would (sd_rdma_spinning()): blind, and no look first.
 	const bool blind = hub.waiters.load(std::memory_order_relaxed) != 0;
+	const bool spun = hub.spinners.load(std::memory_order_relaxed) != 0;
 	pthread_mutex_lock(&hub.lock);
 	if (!blind) {
 		if (hub.events_owed)
 			take_events();
 		arm_cqs();
 	}
-	bool now = poll_cqs();
+	bool now = !spun && poll_cqs();
 	for (unsigned i = 0; i < MAX_LINKS && !now; i++) {
 		Link *l = hub.slots[i];
 		if (!l || !l->started || l->state == State::WAIT_PEER)
@@ -1633,6 +1639,7 @@ void wait_events() noexcept
 			now = true;
 		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
 			now = true;
+		now = now && !spun;
 	}
 	const int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
 	// The ends of pending connects wake us too (pending_check()).  Only
@@ -1946,7 +1953,10 @@ void *bridge_main(void *) noexcept
 				continue;
 			}
 		}
-		if (!moved)
+		// A program thread that spins does this work as it comes
+		// (sd_rdma_spin()): going round again would only contend with
+		// it for the lock and the processor.
+		if (!moved || hub.spinners.load(std::memory_order_relaxed))
 			wait_events();
 	}
 	return nullptr;
@@ -2029,6 +2039,7 @@ void after_fork_child() noexcept
 	hub.ev = -1;
 	top = 0;
 	hub.waiters.store(0, std::memory_order_relaxed);	// its parent's threads
+	hub.spinners.store(0, std::memory_order_relaxed);
 	hub.events_owed = false;
 	hub.thread = false;
 	fast::rdma_links.store(0, std::memory_order_relaxed);
@@ -2168,16 +2179,36 @@ int sd_rdma_trace(char *buf, std::size_t len) noexcept
 
 // A program thread spins, waiting (fast::Backoff): it polls the
 // completion queues and moves what came or is to go, so that a reply
-// lands without waking the bridge thread.  Never waits for hub.lock:
-// the thread that holds it moves the same bytes.
-void sd_rdma_spin() noexcept
+// lands without waking the bridge thread.  But for every 64th turn
+// (full) it goes through the links only when a completion came (what
+// else they have to do waits for that, or for the next full turn).
+// Never waits for hub.lock: the thread that holds it moves the same
+// bytes.
+void sd_rdma_spin(bool full) noexcept
 {
 	if (pthread_mutex_trylock(&hub.lock))
 		return;
 	const int saved = errno;
-	help_locked(nullptr);
+	help_locked(nullptr, full);
 	errno = saved;
 	pthread_mutex_unlock(&hub.lock);
+}
+
+// While a program thread spins for its data it polls the completion
+// queues itself (above): it counts as a waiter, so that the bridge thread
+// neither arms the queues nor wakes for their events meanwhile
+// (wait_events()), which would only take the processor and the lock from
+// it when the data comes.
+void sd_rdma_spinning(bool on) noexcept
+{
+	if (on) {
+		hub.spinners.fetch_add(1, std::memory_order_relaxed);
+		hub.waiters.fetch_add(1, std::memory_order_relaxed);
+		hub.naps.fetch_add(1, std::memory_order_relaxed);
+	} else {
+		hub.waiters.fetch_sub(1, std::memory_order_relaxed);
+		hub.spinners.fetch_sub(1, std::memory_order_relaxed);
+	}
 }
 
 // A blocking receive on fd found its ring empty after its spin, and
