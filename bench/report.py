@@ -698,18 +698,22 @@ def is_pair(d):
     return d.get("where") == "pair" or d.get("meta", {}).get("where") == "pair"
 
 
-REMOTE_ORDER = ["sd-rdma", "sd-rdma-proto", "rdma-write", "rsocket",
-                "sd-fallback", "tcp"]
+REMOTE_ORDER = ["sd-rdma", "sd-rdma-poll", "sd-rdma-proto", "rdma-write",
+                "rsocket", "rsocket-poll", "sd-fallback", "tcp"]
 REMOTE_NAMES = {
     "sd-rdma": "AF_SD over RDMA",
+    "sd-rdma-poll": "AF_SD over RDMA, busy-polling",
     "sd-rdma-proto": "libsd's ring over RDMA, prototype",
     "rdma-write": "raw RDMA write",
     "rsocket": "rsocket",
+    "rsocket-poll": "rsocket, busy-polling",
     "sd-fallback": "AF_SD under sdrun, TCP fallback",
     "tcp": "TCP",
 }
 REMOTE_HOW = {
     "sd-rdma": "sockperf under sdrun, libsd's bridge",
+    "sd-rdma-poll": "the same with SD_SPIN_US",
+    "rsocket-poll": "the same with polling_time",
     "sd-rdma-proto": "sd_rdma_pipe, no module, 64 B round trips",
     "rdma-write": "perftest ib_write_lat, ib_write_bw",
     ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librsfix.so librspreload.so",
@@ -839,27 +843,40 @@ def remote_targets(rows, many=None):
          "above_rsocket": ["round trip", "message throughput"],
          "rsocket_program": rs_prog,
          "measurable": None not in (sd_rtt, wr_rtt, rs_rtt, sd_rate, rs_rate)}
-    if sd_rtt and wr_rtt:
-        t["rtt_over_rdma_write"] = sd_rtt / wr_rtt
-        t["rtt_met"] = sd_rtt <= REMOTE_RTT_TARGET * wr_rtt
-    if sd_rtt and rs_rtt:
-        t["rtt_over_rsocket"] = sd_rtt / rs_rtt
-        t["rtt_below_rsocket"] = sd_rtt < rs_rtt
-    if many:
-        sd = by_round(many, ("sd-rdma", "sockperf"), rtt)
-        for name, key, held in (
-                ("rdma_write", ("rdma-write", None),
-                 lambda a, b: a <= REMOTE_RTT_TARGET * b),
-                ("rsocket", ("rsocket", rs_prog), lambda a, b: a < b)):
-            other = by_round(many, key, rtt)
-            both = sorted(set(sd) & set(other))
-            if len(both) > 1:
-                t[f"rtt_rounds_{name}"] = {
-                    "rounds": len(both),
-                    "held": sum(1 for r in both if other[r] and
-                                held(sd[r], other[r])),
-                    "ratios": [round(sd[r] / other[r], 3) if other[r] else None
-                               for r in both]}
+    def round_trips(sd_key, rs_key):
+        """The round-trip targets of sd_key's row against raw RDMA write
+        and rs_key's row."""
+        r = {}
+        sd_rtt, rs_rtt = value(sd_key, rtt), value(rs_key, rtt)
+        if sd_rtt and wr_rtt:
+            r["rtt_over_rdma_write"] = sd_rtt / wr_rtt
+            r["rtt_met"] = sd_rtt <= REMOTE_RTT_TARGET * wr_rtt
+        if sd_rtt and rs_rtt:
+            r["rtt_over_rsocket"] = sd_rtt / rs_rtt
+            r["rtt_below_rsocket"] = sd_rtt < rs_rtt
+        if many:
+            sd = by_round(many, sd_key, rtt)
+            for name, key, held in (
+                    ("rdma_write", ("rdma-write", None),
+                     lambda a, b: a <= REMOTE_RTT_TARGET * b),
+                    ("rsocket", rs_key, lambda a, b: a < b)):
+                other = by_round(many, key, rtt)
+                both = sorted(set(sd) & set(other))
+                if len(both) > 1:
+                    r[f"rtt_rounds_{name}"] = {
+                        "rounds": len(both),
+                        "held": sum(1 for n in both if other[n] and
+                                    held(sd[n], other[n])),
+                        "ratios": [round(sd[n] / other[n], 3) if other[n] else None
+                                   for n in both]}
+        return r
+    t.update(round_trips(("sd-rdma", "sockperf"), ("rsocket", rs_prog)))
+    # Both libraries busy-polling through the round trip, as ib_write_lat
+    # does (bench/remote's SD_BENCH_REMOTE_POLL_US): the ceiling's own way
+    # of waiting, beside the verdict on each library's default.
+    polling = round_trips(("sd-rdma-poll", "sockperf"), ("rsocket-poll", "sockperf"))
+    if polling:
+        t["polling"] = polling
     # The means, beside the verdict (which is the medians'): a program that
     # busy-polls, as ib_write_lat does, has its slow round trips in a tail
     # that the median does not see (bench.rst, "Where a round trip goes").
@@ -872,12 +889,26 @@ def remote_targets(rows, many=None):
     if sd_rate and rs_rate:
         t["rate_over_rsocket"] = sd_rate / rs_rate
         t["rate_above_rsocket"] = sd_rate > rs_rate
+    if many:
+        sd = by_round(many, ("sd-rdma", "sockperf"), small)
+        other = by_round(many, ("rsocket", rs_prog), small)
+        both = sorted(set(sd) & set(other))
+        if len(both) > 1:
+            t["rate_rounds_rsocket"] = {
+                "rounds": len(both),
+                "held": sum(1 for n in both if sd[n] > other[n]),
+                "ratios": [round(sd[n] / other[n], 3) if other[n] else None
+                           for n in both]}
     return t
 
 
-def remote_targets_md(t):
-    def verdict(ok):
-        return "met" if ok else "NOT met"
+def verdict(ok):
+    return "met" if ok else "NOT met"
+
+
+def round_trips_md(t, program):
+    """The round-trip targets' part of remote_targets_md, for the
+    defaults (t) or busy-polling (t["polling"])."""
     def rounds(name, what):
         r = t.get(f"rtt_rounds_{name}")
         if not r:
@@ -893,16 +924,27 @@ def remote_targets_md(t):
         parts.append("round trip against raw RDMA write: not measured")
     if "rtt_below_rsocket" in t:
         parts.append(f"round trip {t['rtt_over_rsocket']:.3g}× rsocket's "
-                     f"({t['rsocket_program']}){rounds('rsocket', 'below it')}: "
+                     f"({program}){rounds('rsocket', 'below it')}: "
                      f"{verdict(t['rtt_below_rsocket'])}")
     else:
         parts.append("round trip against rsocket: not measured")
+    return parts
+
+
+def remote_targets_md(t):
+    parts = round_trips_md(t, t["rsocket_program"])
     if "rate_above_rsocket" in t:
+        r = t.get("rate_rounds_rsocket")
+        held = (f" (medians of {r['rounds']} rounds; above it in {r['held']} of "
+                f"{r['rounds']})") if r else ""
         parts.append(f"64 B messages {t['rate_over_rsocket']:.3g}× rsocket's rate "
-                     f"({t['rsocket_program']}): "
+                     f"({t['rsocket_program']}){held}: "
                      f"{verdict(t['rate_above_rsocket'])}")
     else:
         parts.append("message rate against rsocket: not measured")
+    if t.get("polling"):
+        parts.append("both libraries busy-polling: " +
+                     ", ".join(round_trips_md(t["polling"], "sockperf")))
     return "; ".join(parts)
 
 
@@ -940,6 +982,12 @@ def remote_md(rm, meta):
         md += [f"Every program measured, client and server, ran on processor {pin} "
                "of its guest, which also took the interrupts of the guest's "
                "network queues (SD_BENCH_REMOTE_PIN).", ""]
+    if m.get("poll_us") is not None:
+        md += [f"Busy-polling rows: AF_SD with SD_SPIN_US={m['poll_us']}, rsocket "
+               f"with polling_time {m['poll_us']} µs (/etc/rdma/rsocket), both "
+               "spinning through the round trip as ib_write_lat does "
+               "(SD_BENCH_REMOTE_POLL_US); the other rows wait as each library "
+               "does by default.", ""]
     if m.get("failed"):
         md += [f"**Failed: the pair part: {m['failed']}** (what it measured before "
                "is below; raw/pair.log has the guests' console).", ""]
@@ -983,6 +1031,14 @@ def remote_md(rm, meta):
         md += ["Round trips of each round (µs; the table has their medians): "
                + "; ".join(f"{n}: " + ", ".join(us(x["value"]) for x in rs)
                            for n, rs in rounds) + ".", ""]
+    rate = f"stream/{SMALL_REMOTE}"
+    rates = [(r["name"], r["points"][rate]["rounds"]) for r in rm["results"]
+             if r["points"].get(rate, {}).get("rounds")]
+    if rates:
+        md += [f"{size_name(SMALL_REMOTE)} message rates of each round (a second; "
+               "the table has their medians): "
+               + "; ".join(f"{n}: " + ", ".join(si(x["value"]) for x in rs)
+                           for n, rs in rates) + ".", ""]
     means = [(n, p["rtt_us_avg"]) for n, p in by if "rtt_us_avg" in p]
     if means:
         t = rm["targets"]

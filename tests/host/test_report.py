@@ -136,3 +136,67 @@ def test_the_pinning_is_said():
     off = lines + [{"meta": {"where": "pair", "pin_cpu": "off"}}]
     md = "\n".join(report.remote_md(report.remote(off), {}))
     assert "SD_BENCH_REMOTE_PIN=off" in md
+
+
+def test_busy_polling_rows_are_judged_apart():
+    """The busy-polling rows (both libraries spinning through the round
+    trip, as ib_write_lat does) get their own round-trip verdicts beside
+    the defaults', from the same rounds, and the report says what they
+    polled with; a run without them says nothing of them."""
+    lines = [{"where": "pair", "meta": {"poll_us": 3000}}]
+    for i, (sd, sdp, wr, rs, rsp) in enumerate(((1500.0, 1000.0, 900.0, 1400.0, 1150.0),
+                                                (1600.0, 1200.0, 1000.0, 1500.0, 1000.0),
+                                                (1400.0, 1100.0, 800.0, 1300.0, 1250.0))):
+        lines += [rtt("sd-rdma", "sockperf", sd, i), rtt("sd-rdma-poll", "sockperf", sdp, i),
+                  rtt("rdma-write", "ib_write_lat", wr, i), rtt("rsocket", "sockperf", rs, i),
+                  rtt("rsocket-poll", "sockperf", rsp, i)]
+    lines += [rate("sd-rdma", "sockperf", 1e5), rate("rsocket", "sockperf", 1e4)]
+    rm = report.remote(lines)
+    t = rm["targets"]
+    assert t["rtt_met"] is False and t["rtt_below_rsocket"] is False
+    p = t["polling"]
+    assert p["rtt_met"] is True             # 1100 <= 1.3 x 900
+    assert abs(p["rtt_over_rdma_write"] - 1100.0 / 900.0) < 1e-9
+    assert p["rtt_below_rsocket"] is True   # 1100 < 1150
+    assert p["rtt_rounds_rsocket"] == {"rounds": 3, "held": 2,
+                                       "ratios": [0.87, 1.2, 0.88]}
+    md = "\n".join(report.remote_md(rm, {}))
+    assert "both libraries busy-polling: round trip 1.22× raw RDMA write" in md
+    assert "SD_SPIN_US=3000" in md and "polling_time 3000 µs" in md
+    assert "AF_SD over RDMA, busy-polling" in md
+    plain = report.remote([l for l in lines if "-poll" not in l.get("transport", "")])
+    assert "polling" not in plain["targets"]
+    assert "busy-polling" not in "\n".join(report.remote_md(plain, {}))
+
+
+def test_bench_remote_refuses_bad_settings():
+    """bench/remote checks its settings before it looks for the peer: a
+    bad one ends it with a message naming it."""
+    import os
+    import subprocess
+    import sys
+    for key, bad in (("SD_BENCH_REMOTE_POLL_US", "0"), ("SD_BENCH_REMOTE_POLL_US", "3ms"),
+                     ("SD_BENCH_REMOTE_PIN", "-1"), ("SD_BENCH_REMOTE_ROUNDS", "0")):
+        out = subprocess.run([sys.executable, str(TOP / "bench" / "remote"), "/nonexistent"],
+                             capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, **{key: bad}))
+        assert out.returncode != 0 and f"{key}={bad!r}" in out.stderr, (key, bad, out)
+
+
+def test_message_rates_in_rounds():
+    """The 64 B message rates measured in rounds: the verdict is the
+    medians', the rounds are compared one by one, and each round's rate
+    is listed."""
+    lines = [rtt("sd-rdma", "sockperf", 1000.0), rtt("rsocket", "sockperf", 1000.0)]
+    for i, (sd, rs) in enumerate(((6e3, 9e3), (6e4, 1e4), (4e4, 8e3))):
+        lines += [dict(rate("sd-rdma", "sockperf", sd), round=i),
+                  dict(rate("rsocket", "sockperf", rs), round=i)]
+    rm = report.remote(lines)
+    t = rm["targets"]
+    assert t["rate_above_rsocket"] is True
+    assert abs(t["rate_over_rsocket"] - 4e4 / 9e3) < 1e-9     # the medians
+    assert t["rate_rounds_rsocket"] == {"rounds": 3, "held": 2,
+                                        "ratios": [0.667, 6.0, 5.0]}
+    md = "\n".join(report.remote_md(rm, {}))
+    assert "4.44× rsocket's rate (sockperf) (medians of 3 rounds; above it in 2 of 3): met" in md
+    assert "64 B message rates of each round" in md
