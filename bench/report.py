@@ -979,9 +979,15 @@ def remote_md(rm, meta):
         md += ["The programs ran wherever each guest's scheduler put them "
                "(SD_BENCH_REMOTE_PIN=off).", ""]
     elif pin is not None:
-        md += [f"Every program measured, client and server, ran on processor {pin} "
-               "of its guest, which also took the interrupts of the guest's "
-               "network queues (SD_BENCH_REMOTE_PIN).", ""]
+        if m.get("throughput_pinned") is False:
+            md += [f"Every program that measured a round trip, client and server, "
+                   f"ran on processor {pin} of its guest, which also took the "
+                   "interrupts of the guest's network queues (SD_BENCH_REMOTE_PIN); "
+                   "the throughputs ran where the guests' schedulers put them.", ""]
+        else:
+            md += [f"Every program measured, client and server, ran on processor "
+                   f"{pin} of its guest, which also took the interrupts of the "
+                   "guest's network queues (SD_BENCH_REMOTE_PIN).", ""]
     if m.get("poll_us") is not None:
         md += [f"Busy-polling rows: AF_SD with SD_SPIN_US={m['poll_us']}, rsocket "
                f"with polling_time {m['poll_us']} µs (/etc/rdma/rsocket), both "

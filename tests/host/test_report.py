@@ -132,7 +132,12 @@ def test_the_pinning_is_said():
     pinned = lines + [{"meta": {"where": "pair", "pin_cpu": "0",
                                 "irqs_pinned": {"a": ["27"], "b": ["27"]}}}]
     md = "\n".join(report.remote_md(report.remote(pinned), {}))
-    assert "ran on processor 0 of its guest" in md
+    assert "Every program measured, client and server, ran on processor 0" in md
+    rt_only = lines + [{"meta": {"where": "pair", "pin_cpu": "0", "throughput_pinned": False,
+                                 "irqs_pinned": {"a": ["27"], "b": ["27"]}}}]
+    md = "\n".join(report.remote_md(report.remote(rt_only), {}))
+    assert "measured a round trip, client and server, ran on processor 0" in md
+    assert "the throughputs ran where the guests' schedulers put them" in md
     off = lines + [{"meta": {"where": "pair", "pin_cpu": "off"}}]
     md = "\n".join(report.remote_md(report.remote(off), {}))
     assert "SD_BENCH_REMOTE_PIN=off" in md
