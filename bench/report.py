@@ -817,6 +817,27 @@ def by_round(many, key, col):
     return {d.get("round", 0): d["value"] for d in many.get(key, {}).get(col, [])}
 
 
+def rounds_held(many, key, other_key, col, held):
+    """key's and other_key's figures at col compared round by round (the
+    rounds both have): how many held(mine, other's), and the ratios; None
+    with fewer than two such rounds."""
+    mine, other = by_round(many, key, col), by_round(many, other_key, col)
+    both = sorted(set(mine) & set(other))
+    if len(both) < 2:
+        return None
+    return {"rounds": len(both),
+            "held": sum(1 for n in both if other[n] and held(mine[n], other[n])),
+            "ratios": [round(mine[n] / other[n], 3) if other[n] else None
+                       for n in both]}
+
+
+def rounds_md(r, what):
+    """" (medians of 5 rounds; WHAT in 3 of 5)" for rounds_held()'s r."""
+    if not r:
+        return ""
+    return f" (medians of {r['rounds']} rounds; {what} in {r['held']} of {r['rounds']})"
+
+
 def remote_targets(rows, many=None):
     """Issue #7's targets from the rows of one run: AF_SD's 64 B round trip
     within REMOTE_RTT_TARGET x raw RDMA write's, and AF_SD above rsocket
@@ -855,20 +876,13 @@ def remote_targets(rows, many=None):
             r["rtt_over_rsocket"] = sd_rtt / rs_rtt
             r["rtt_below_rsocket"] = sd_rtt < rs_rtt
         if many:
-            sd = by_round(many, sd_key, rtt)
-            for name, key, held in (
+            for name, key, ok in (
                     ("rdma_write", ("rdma-write", None),
                      lambda a, b: a <= REMOTE_RTT_TARGET * b),
                     ("rsocket", rs_key, lambda a, b: a < b)):
-                other = by_round(many, key, rtt)
-                both = sorted(set(sd) & set(other))
-                if len(both) > 1:
-                    r[f"rtt_rounds_{name}"] = {
-                        "rounds": len(both),
-                        "held": sum(1 for n in both if other[n] and
-                                    held(sd[n], other[n])),
-                        "ratios": [round(sd[n] / other[n], 3) if other[n] else None
-                                   for n in both]}
+                held = rounds_held(many, sd_key, key, rtt, ok)
+                if held:
+                    r[f"rtt_rounds_{name}"] = held
         return r
     t.update(round_trips(("sd-rdma", "sockperf"), ("rsocket", rs_prog)))
     # Both libraries busy-polling through the round trip, as ib_write_lat
@@ -889,16 +903,10 @@ def remote_targets(rows, many=None):
     if sd_rate and rs_rate:
         t["rate_over_rsocket"] = sd_rate / rs_rate
         t["rate_above_rsocket"] = sd_rate > rs_rate
-    if many:
-        sd = by_round(many, ("sd-rdma", "sockperf"), small)
-        other = by_round(many, ("rsocket", rs_prog), small)
-        both = sorted(set(sd) & set(other))
-        if len(both) > 1:
-            t["rate_rounds_rsocket"] = {
-                "rounds": len(both),
-                "held": sum(1 for n in both if sd[n] > other[n]),
-                "ratios": [round(sd[n] / other[n], 3) if other[n] else None
-                           for n in both]}
+    held = many and rounds_held(many, ("sd-rdma", "sockperf"), ("rsocket", rs_prog),
+                                small, lambda a, b: a > b)
+    if held:
+        t["rate_rounds_rsocket"] = held
     return t
 
 
@@ -910,11 +918,7 @@ def round_trips_md(t, program):
     """The round-trip targets' part of remote_targets_md, for the
     defaults (t) or busy-polling (t["polling"])."""
     def rounds(name, what):
-        r = t.get(f"rtt_rounds_{name}")
-        if not r:
-            return ""
-        return (f" (medians of {r['rounds']} rounds; {what} in {r['held']} of "
-                f"{r['rounds']})")
+        return rounds_md(t.get(f"rtt_rounds_{name}"), what)
     parts = []
     if "rtt_met" in t:
         parts.append(f"round trip {t['rtt_over_rdma_write']:.3g}× raw RDMA write"
@@ -934,9 +938,7 @@ def round_trips_md(t, program):
 def remote_targets_md(t):
     parts = round_trips_md(t, t["rsocket_program"])
     if "rate_above_rsocket" in t:
-        r = t.get("rate_rounds_rsocket")
-        held = (f" (medians of {r['rounds']} rounds; above it in {r['held']} of "
-                f"{r['rounds']})") if r else ""
+        held = rounds_md(t.get("rate_rounds_rsocket"), "above it")
         parts.append(f"64 B messages {t['rate_over_rsocket']:.3g}× rsocket's rate "
                      f"({t['rsocket_program']}){held}: "
                      f"{verdict(t['rate_above_rsocket'])}")

@@ -1634,12 +1634,12 @@ void wait_events() noexcept
 		Link *l = hub.slots[i];
 		if (!l || !l->started || l->state == State::WAIT_PEER)
 			continue;
-		// Tell the program's side of each ring that we sleep.
+		// Tell the program's side of each ring that we sleep (and,
+		// unless a thread spins, look again if it has something).
 		if (l->state == State::RUN && !l->tx_done && l->cons().prepare_wait() == 0)
-			now = true;
+			now = !spun;
 		else if (l->copied < l->arrived && l->prod().prepare_wait() == 0)
-			now = true;
-		now = now && !spun;
+			now = !spun;
 	}
 	const int ms = hub.n_orphans ? static_cast<int>(ADOPT_POLL_NS / 1'000'000) : WAIT_MS;
 	// The ends of pending connects wake us too (pending_check()).  Only
