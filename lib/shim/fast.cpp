@@ -532,6 +532,8 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		done = static_cast<size_t>(n);
 		if (p.take_wake())
 			wake_peer(fd, SD_TOKEN_TX);
+		else if (rdma_links.load(std::memory_order_relaxed))
+			sd_rdma_push(fd);
 	}
 	if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]] {
 		const bool nonblock = (flags & MSG_DONTWAIT) ||

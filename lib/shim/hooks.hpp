@@ -94,6 +94,10 @@ void sd_rdma_spinning(bool on) noexcept;
 // into buf: its length, 0 if the process made no RDMA connection.
 int sd_rdma_trace(char *buf, std::size_t len) noexcept;
 bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept;
+// The program wrote into fd's send ring without a wake-up asked for: if
+// the connection is an RDMA one with no write in flight, its write goes
+// now (rdma.cpp).
+void sd_rdma_push(int fd) noexcept;
 // A blocking receive on fd that would sleep: 0 if fd is not an RDMA
 // connection, 1 to look again, 2 when the socket has something, -1 with
 // errno to fail with (rdma.cpp).

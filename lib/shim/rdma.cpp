@@ -65,6 +65,10 @@ constexpr std::uint32_t IMM_CREDIT = 1U << 30;
 constexpr unsigned DATA_INFLIGHT = 8;	// data writes in flight, per connection
 constexpr unsigned SEND_WR = 16;	// all writes in flight (data, credit, fin)
 constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
+// Receives taken are posted again this many at a time, in one call (a
+// lock and a queue update in the provider): at least RECVS - RECV_BATCH + 1
+// stay posted, more than the peer has writes in flight.
+constexpr unsigned RECV_BATCH = 8;
 constexpr std::uint64_t CREDIT_BATCH = LAND_SIZE / 4;	// see credit_due()
 constexpr unsigned CQE_PER_LINK = SEND_WR + RECVS;	// its completions in flight at most
 // Writes this small carry their bytes in the request itself: the device
@@ -159,6 +163,7 @@ struct Link {
 	std::uint64_t sent = 0, arrived = 0, copied = 0, credited = 0;
 	std::uint64_t pushed = 0;	// taken from the send ring into the mirror
 	unsigned inflight = 0, data_inflight = 0;
+	unsigned recvs_owed = 0;	// receives taken, not posted again yet
 	bool tx_done = false, rx_done = false, peer_fin = false, failed = false;
 	bool closed_seen = false;	// the peer's clean end, seen before a poll
 	bool refin = false;		// our end of stream goes again (a move)
@@ -480,12 +485,24 @@ bool slot_take(Link *l) noexcept
 	return false;
 }
 
-void post_recv(Link *l) noexcept
+// n receives (no bytes: the peer's writes carry an immediate only) on
+// one call.
+void post_recvs(Link *l, unsigned n) noexcept
 {
-	ibv_recv_wr wr = {}, *bad = nullptr;
-	wr.wr_id = wr_id(*l) | WR_RECV;
-	if (ibv_post_recv(l->qp, &wr, &bad))
-		l->failed = true;
+	ibv_recv_wr wr[RECV_BATCH] = {}, *bad = nullptr;
+
+	while (n) {
+		const unsigned k = std::min(n, RECV_BATCH);
+		for (unsigned i = 0; i < k; i++) {
+			wr[i].wr_id = wr_id(*l) | WR_RECV;
+			wr[i].next = i + 1 < k ? &wr[i + 1] : nullptr;
+		}
+		if (ibv_post_recv(l->qp, wr, &bad)) {
+			l->failed = true;
+			return;
+		}
+		n -= k;
+	}
 }
 
 // The queue pair to INIT (from RESET), with its receives posted.
@@ -498,8 +515,8 @@ bool qp_init(Link *l) noexcept
 	if (v.ibv_modify_qp(l->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			    IBV_QP_ACCESS_FLAGS))
 		return false;
-	for (unsigned i = 0; i < RECVS; i++)
-		post_recv(l);
+	l->recvs_owed = 0;
+	post_recvs(l, RECVS);
 	return !l->failed;
 }
 
@@ -859,7 +876,10 @@ void completion(Link *l, const ibv_wc &wc) noexcept
 		return;
 	}
 	const std::uint32_t imm = ntohl(wc.imm_data);
-	post_recv(l);
+	if (++l->recvs_owed == RECV_BATCH) {
+		l->recvs_owed = 0;
+		post_recvs(l, RECV_BATCH);
+	}
 	l->hold = false;
 	if (imm == IMM_FIN)
 		l->peer_fin = true;
@@ -2314,6 +2334,29 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 	errno = saved;
 	pthread_mutex_unlock(&hub.lock);
 	return done;
+}
+
+// The program wrote into fd's send ring, and the bridge did not ask to be
+// woken for it.  If no write of the connection's data is in flight, the
+// link is idle and nothing would send the bytes before this thread or the
+// bridge next helps: this thread posts the write now (the paper's section
+// 4.2: one write per send while the link is idle; with writes in flight,
+// what the program sends meanwhile waits for their completions and goes
+// in one write).  Never waits for hub.lock: its holder moves the same
+// bytes.
+void sd_rdma_push(int fd) noexcept
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS)
+		return;
+	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+	if (!slot || pthread_mutex_trylock(&hub.lock))
+		return;
+	const int saved = errno;
+	Link *l = hub.slots[slot - 1];
+	if (l && l->sfd == fd && !l->data_inflight)
+		help_locked(l);
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
 }
 
 // exec, in all its forms: the shim makes the call (hooks.hpp).
