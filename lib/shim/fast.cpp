@@ -659,23 +659,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	ssize_t n;
 
 	backoff.brief = brief;
-	// A thread that spins for data with RDMA connections in the process
-	// polls the completion queues itself (Backoff).
-	struct Spinning {
-		bool on = false;
-		void start()
-		{
-			if (!on && rdma_links.load(std::memory_order_relaxed)) {
-				::sd_rdma_spinning(true);
-				on = true;
-			}
-		}
-		~Spinning()
-		{
-			if (on)
-				::sd_rdma_spinning(false);
-		}
-	} spinning;
+	RdmaSpinning spinning;
 
 	for (;;) {
 		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
@@ -692,7 +676,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			// between the test hosts) would otherwise make every
 			// receive after it spin again in full.
 			if (waited && !slept && misses)
-				c->rdma_misses.store(static_cast<std::uint8_t>(misses / 2),
+				c->rdma_misses.store(static_cast<std::uint8_t>(
+							     misses_after_hit(misses, !brief)),
 						     std::memory_order_relaxed);
 			break;
 		}
@@ -710,6 +695,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			spinning.start();
 		if (backoff.again())
 			continue;
+		spinning.stop();
 		if (!rdma_links.load(std::memory_order_relaxed) ||
 		    !rdma_sleep(fd, c, s, kernel_ready, owned, werr))
 			break;

@@ -34,6 +34,17 @@ constexpr int YIELDS = 8;
 // changed (fast.cpp).
 constexpr unsigned RDMA_BRIEF_AFTER = 4;
 constexpr unsigned RDMA_PROBE_EVERY = 16;
+
+// The count of a wait that found its data before any sleep: halved, and
+// below RDMA_BRIEF_AFTER if it spun in full (that spin paid, so the next
+// wait spins in full too; else a spin that always paid stayed one in
+// RDMA_PROBE_EVERY, the count halved to no lower than
+// RDMA_PROBE_EVERY / 2 each time).
+inline unsigned misses_after_hit(unsigned m, bool full)
+{
+	m /= 2;
+	return full && m >= RDMA_BRIEF_AFTER ? RDMA_BRIEF_AFTER - 1 : m;
+}
 constexpr unsigned MAX_CONNS = 1U << 16;
 
 // One direction of a connection as this process drives it.
@@ -158,6 +169,32 @@ struct Backoff {
 		sched_yield();
 		return true;
 	}
+};
+
+// A program thread spins for data while the process has RDMA connections:
+// the bridge thread leaves the completion queues to it until the spin
+// ends (sd_rdma_spinning()), as the spin polls them (Backoff).  A sleep
+// after the spin is not one: the thread then moves only what wakes it.
+struct RdmaSpinning {
+	bool on = false;
+
+	void start()
+	{
+		if (!on && rdma_links.load(std::memory_order_relaxed)) {
+			::sd_rdma_spinning(true);
+			on = true;
+		}
+	}
+	void stop()
+	{
+		if (on)
+			::sd_rdma_spinning(false);
+		on = false;
+	}
+	RdmaSpinning() = default;
+	RdmaSpinning(const RdmaSpinning &) = delete;
+	RdmaSpinning &operator=(const RdmaSpinning &) = delete;
+	~RdmaSpinning() { stop(); }
 };
 
 // Forget every epoll set this process tracks (fork: parent and child now

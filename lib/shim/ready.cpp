@@ -212,12 +212,12 @@ void wait_missed()
 	wait_misses = static_cast<std::uint8_t>(m >= 250 ? RDMA_BRIEF_AFTER : m + 1);
 }
 
-// A wait found something while it spun, before any sleep: spinning may
-// pay (halved, as a receive's, fast.cpp).
-void wait_paid(bool spun, bool slept)
+// A wait found something while it spun (full: not a brief look), before
+// any sleep: spinning may pay (as a receive's, fast.cpp).
+void wait_paid(bool spun, bool slept, bool full)
 {
 	if (spun && !slept)
-		wait_misses = static_cast<std::uint8_t>(wait_misses / 2);
+		wait_misses = static_cast<std::uint8_t>(misses_after_hit(wait_misses, full));
 }
 
 timespec ms_ts(int ms)
@@ -260,12 +260,13 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 	int mine[MAX_SET];
 	bool kernel, spun = false, slept = false;
 	Backoff backoff = wait_backoff();
+	RdmaSpinning spinning;
 
 	if (!n || n > MAX_SET)
 		return false;
 	for (;;) {
 		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, slept);
+			wait_paid(spun, slept, !backoff.brief);
 			break;
 		}
 		if (kernel)
@@ -277,8 +278,11 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 			return true;
 		}
 		spun = true;
+		if (!backoff.brief)
+			spinning.start();
 		if (backoff.again())
 			continue;
+		spinning.stop();
 		wait_missed();
 		slept = true;
 		const int s = sleep(p, static_cast<unsigned>(n), result);
@@ -343,9 +347,10 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 	int mine[MAX_SET];
 	bool kernel, spun = false;
 	Backoff backoff = wait_backoff();
+	RdmaSpinning spinning;
 	for (;;) {
 		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, false);
+			wait_paid(spun, false, !backoff.brief);
 			break;
 		}
 		if (kernel || !n)
@@ -361,6 +366,8 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			return true;
 		}
 		spun = true;
+		if (!backoff.brief)
+			spinning.start();
 		if (!backoff.again()) {
 			wait_missed();
 			return false;
@@ -557,6 +564,7 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 {
 	Ep *e = ep_of(epfd);
 	Backoff backoff = wait_backoff();
+	RdmaSpinning spinning;
 	int found = 0;
 	bool kernel = false, spun = false, slept = false;
 	std::uint64_t kdata[MAX_KERNEL];
@@ -622,7 +630,7 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 		}
 		pthread_mutex_unlock(&e->lock);
 		if (found) {
-			wait_paid(spun, slept);
+			wait_paid(spun, slept, !backoff.brief);
 			break;
 		}
 		if (kernel)
@@ -632,8 +640,11 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 			return true;
 		}
 		spun = true;
+		if (!backoff.brief)
+			spinning.start();
 		if (backoff.again())
 			continue;
+		spinning.stop();
 		wait_missed();
 		slept = true;
 		const pollfd set = {epfd, POLLIN, 0};

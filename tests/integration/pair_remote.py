@@ -341,14 +341,44 @@ def test_waits_of_two_threads_on_two_connections(peer, settings):
 
 
 SPIN_PINGPONG = """
-import socket, sys
+import select, socket, struct, sys
 host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+wait, misses = sys.argv[4], int(sys.argv[5])
 c = socket.create_connection((host, port))
+if wait == "epoll":
+    ep = select.epoll()
+    ep.register(c.fileno(), select.EPOLLIN)
+    ready = lambda t=-1: ep.poll(t)
+elif wait == "poll":
+    pl = select.poll()
+    pl.register(c.fileno(), select.POLLIN)
+    ready = lambda t=-1: pl.poll(t * 1000 if t >= 0 else None)
+elif wait == "select":
+    ready = lambda t=-1: select.select([c], [], [], t if t >= 0 else None)[0]
+else:
+    ready = None
+# Waits on the idle connection that outlast the spin (nothing comes):
+# they tell the library that spinning does not pay.  A receive's with
+# SO_RCVTIMEO, its socket still blocking (Python's own timeout would
+# wait in poll instead).
+for _ in range(misses):
+    if ready:
+        assert not ready(0.3), "something came on the idle connection"
+        continue
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 300000))
+    try:
+        c.recv(1)
+        raise AssertionError("something came on the idle connection")
+    except BlockingIOError:
+        pass
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", 0, 0))
 for i in range(n):
     msg = i.to_bytes(8, "little") * 8
     c.sendall(msg)
     got = b""
     while len(got) < len(msg):
+        if ready:
+            ready()
         d = c.recv(len(msg) - len(got))
         assert d, f"EOF at message {i}"
         got += d
@@ -357,46 +387,61 @@ c.close()
 print("ok")
 """
 
+# The calls of a thread that wakes or sleeps for a message: the channel's
+# event read, the sleep itself (ppoll for poll and epoll, the kernel's
+# select), the lock fought over by two threads.  Not ioctl: a socket that
+# the kernel's poll once found idle keeps asking whoever lands its bytes
+# for a wake-up through the kernel (one ioctl each), in case a poll or
+# epoll sleeps there.  Not poll: the bridge thread's looks every 20 ms,
+# as many as the run takes.
+SLEEP_CALLS = {"futex", "read", "ppoll", "epoll_wait", "epoll_pwait", "select", "pselect6"}
 
-def bridge_calls(peer, port, n, trace):
-    """The futex, ioctl and read calls (a bridge thread that wakes for a
-    message: the channel's event read, the queues armed again, the lock
-    fought over with the program's thread) of an n-message ping-pong
-    whose receives spin for as long as it takes (SD_SPIN_US), over RDMA
-    to B's echo server, counted by strace -f: (their number, strace's
+
+def bridge_calls(peer, port, n, trace, wait="recv", misses=0):
+    """The calls in SLEEP_CALLS of an n-message ping-pong over RDMA to B's
+    echo server, waiting for each answer in wait ("recv" alone, or
+    "epoll", "poll" or "select" first) and spinning 200 ms (SD_SPIN_US,
+    longer than any answer takes), after misses waits of 300 ms on the
+    idle connection, counted by strace -f: (their number, strace's
     table)."""
     out = subprocess.run(["strace", "-f", "-c", "-o", str(trace), SDRUN,
                           sys.executable, "-c", SPIN_PINGPONG, peer.remote,
-                          str(port), str(n)], capture_output=True, text=True,
-                         timeout=600, env=dict(os.environ, SD_SPIN_US="10000000"))
+                          str(port), str(n), wait, str(misses)], capture_output=True,
+                         text=True, timeout=600, env=dict(os.environ, SD_SPIN_US="200000"))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
     text = trace.read_text()
     count = 0
     for line in text.splitlines():
         f = line.split()
-        if len(f) >= 5 and f[-1] in ("futex", "ioctl", "read") and f[3].isdigit():
+        if len(f) >= 5 and f[-1] in SLEEP_CALLS and f[3].isdigit():
             count += int(f[3])
     return count, text
 
 
-def test_a_spinning_receive_leaves_the_bridge_asleep(peer, settings, tmp_path):
-    """A receive that spins for an RDMA connection's data polls the
-    completion queues itself, every turn of its spin (Documentation/
-    libsd.rst): the bridge thread of its process stays asleep meanwhile
-    instead of waking for every message the peer writes and fighting the
-    spinning thread for the lock.  So 1,000 more round trips cost far
-    fewer than 1,000 more of the calls such a wake-up makes (before this,
-    some 2,800; the bridge still looks around every 100 ms, and the lock
-    is the program's at times then), every echo comes back as sent, and
-    no host counts a reset."""
+@pytest.mark.parametrize("wait,misses", [("recv", 0), ("recv", 6), ("epoll", 0),
+                                         ("poll", 6), ("select", 0)])
+def test_a_spinning_wait_leaves_the_bridge_asleep(peer, settings, tmp_path, wait, misses):
+    """A wait for an RDMA connection's data (a receive, or poll, epoll or
+    select first) that spins polls the completion queues itself, every turn
+    of its spin (Documentation/libsd.rst): the bridge thread of its process
+    stays asleep meanwhile instead of waking for every message the peer
+    writes and fighting the spinning thread for the lock.  After waits
+    that outlasted their spin (misses), which make a wait only look
+    briefly and sleep, one spin that paid makes them spin again.  So
+    1,000 more round trips cost far fewer than 1,000 more of the calls a
+    wake-up or a sleep makes (a bridge woken for every message: some
+    2,800; a wait left looking briefly: a sleep for almost every answer;
+    the bridge still looks around every 100 ms, and the lock is the
+    program's at times then), every echo comes back as sent, and no host
+    counts a reset."""
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     port = APP_PORT + 12
     srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
     try:
         assert srv.readline() == "ready"
-        few, _ = bridge_calls(peer, port, 100, tmp_path / "few")
-        many, text = bridge_calls(peer, port, 1100, tmp_path / "many")
+        few, _ = bridge_calls(peer, port, 100, tmp_path / "few", wait, misses)
+        many, text = bridge_calls(peer, port, 1100, tmp_path / "many", wait, misses)
     finally:
         srv.kill()
     assert many - few < 400, f"{few} -> {many}\n{text}"
