@@ -419,7 +419,7 @@ def bridge_calls(peer, port, n, trace, wait="recv", misses=0):
 
 
 @pytest.mark.parametrize("wait,misses", [("recv", 0), ("recv", 6), ("epoll", 0),
-                                         ("poll", 6), ("select", 0)])
+                                         ("epoll", 6), ("poll", 6), ("select", 0)])
 def test_a_spinning_wait_leaves_the_bridge_asleep(peer, settings, tmp_path, wait, misses):
     """A wait for an RDMA connection's data (a receive, or poll, epoll or
     select first) that spins polls the completion queues itself, every turn
@@ -431,9 +431,10 @@ def test_a_spinning_wait_leaves_the_bridge_asleep(peer, settings, tmp_path, wait
     1,000 more round trips cost far fewer than 1,000 more of the calls a
     wake-up or a sleep makes (a bridge woken for every message: some
     2,800; a wait left looking briefly: a sleep for almost every answer;
-    the bridge still looks around every 100 ms, and the lock is the
-    program's at times then), every echo comes back as sent, and no host
-    counts a reset."""
+    the bridge still looks around every 100 ms, and catches the program
+    between two waits at times, when it wakes for messages for a while:
+    300 to 520 calls), every echo comes back as sent, and no host counts
+    a reset."""
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     port = APP_PORT + 12
@@ -444,7 +445,7 @@ def test_a_spinning_wait_leaves_the_bridge_asleep(peer, settings, tmp_path, wait
         many, text = bridge_calls(peer, port, 1100, tmp_path / "many", wait, misses)
     finally:
         srv.kill()
-    assert many - few < 400, f"{few} -> {many}\n{text}"
+    assert many - few < 700, f"{few} -> {many}\n{text}"
     assert_rdma_without_resets(peer, before, pbefore, 2)
 
 
