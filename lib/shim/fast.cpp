@@ -691,11 +691,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		waited = true;
 		if (kernel_ready)
 			break;
-		if (!brief)
-			spinning.start();
-		if (backoff.again())
+		if (spinning.again(backoff))
 			continue;
-		spinning.stop();
 		if (!rdma_links.load(std::memory_order_relaxed) ||
 		    !rdma_sleep(fd, c, s, kernel_ready, owned, werr))
 			break;

@@ -45,6 +45,7 @@ inline unsigned misses_after_hit(unsigned m, bool full)
 	m /= 2;
 	return full && m >= RDMA_BRIEF_AFTER ? RDMA_BRIEF_AFTER - 1 : m;
 }
+
 constexpr unsigned MAX_CONNS = 1U << 16;
 
 // One direction of a connection as this process drives it.
@@ -178,6 +179,17 @@ struct Backoff {
 struct RdmaSpinning {
 	bool on = false;
 
+	// b.again() for a wait for data: counted as spinning while it spins
+	// in full (not a brief look), and no more once it ran out.
+	bool again(Backoff &b)
+	{
+		if (!b.brief)
+			start();
+		if (b.again())
+			return true;
+		stop();
+		return false;
+	}
 	void start()
 	{
 		if (!on && rdma_links.load(std::memory_order_relaxed)) {

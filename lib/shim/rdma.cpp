@@ -2305,11 +2305,10 @@ int sd_rdma_sleep_on(const pollfd *set, unsigned n, const timespec *until,
 	return r > 1 || !p[n].revents ? 0 : 1;
 }
 
-// The program wrote into fd's send ring (dir SD_TOKEN_TX) or took from
-// its receive ring (SD_TOKEN_RX) and found the bridge asleep: it does the
-// bridge's work for that connection itself, and says whether the bridge
-// need not be woken after all (nothing left that only it would move).
-bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
+// f(link) under hub.lock for the link made from socket descriptor fd, if
+// there is one and the lock is free (its holder moves the same bytes);
+// errno as it was.  Returns what f returned, false without a call.
+template <typename F> bool with_link(int fd, F f) noexcept
 {
 	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS)
 		return false;
@@ -2318,22 +2317,30 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 		return false;
 	const int saved = errno;
 	Link *l = hub.slots[slot - 1];
-	bool done = false;
-	if (l && l->sfd == fd) {
+	const bool r = l && l->sfd == fd && f(l);
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
+	return r;
+}
+
+// The program wrote into fd's send ring (dir SD_TOKEN_TX) or took from
+// its receive ring (SD_TOKEN_RX) and found the bridge asleep: it does the
+// bridge's work for that connection itself, and says whether the bridge
+// need not be woken after all (nothing left that only it would move).
+bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
+{
+	return with_link(fd, [dir](Link *l) {
 		help_locked(l);
-		done = l->started && l->state == State::RUN && !l->failed &&
-		       !hub.exiting.load(std::memory_order_relaxed) &&
-		       (dir == SD_TOKEN_TX ? l->cons().readable() == 0 : l->copied == l->arrived);
+		const bool done = l->started && l->state == State::RUN && !l->failed &&
+				  !hub.exiting.load(std::memory_order_relaxed) &&
+				  (dir == SD_TOKEN_TX ? l->cons().readable() == 0
+						      : l->copied == l->arrived);
 		// This call took the flag that says the bridge sleeps: set
 		// again for it, so that the next send comes here too.  The
 		// bridge's queue may be armed for the peer's writes only, and
 		// our write's completion would not wake it to look.
-		if (done && dir == SD_TOKEN_TX && l->cons().prepare_wait() != 1)
-			done = false;
-	}
-	errno = saved;
-	pthread_mutex_unlock(&hub.lock);
-	return done;
+		return done && (dir != SD_TOKEN_TX || l->cons().prepare_wait() == 1);
+	});
 }
 
 // The program wrote into fd's send ring, and the bridge did not ask to be
@@ -2342,21 +2349,14 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept
 // bridge next helps: this thread posts the write now (the paper's section
 // 4.2: one write per send while the link is idle; with writes in flight,
 // what the program sends meanwhile waits for their completions and goes
-// in one write).  Never waits for hub.lock: its holder moves the same
-// bytes.
+// in one write).
 void sd_rdma_push(int fd) noexcept
 {
-	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS)
-		return;
-	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
-	if (!slot || pthread_mutex_trylock(&hub.lock))
-		return;
-	const int saved = errno;
-	Link *l = hub.slots[slot - 1];
-	if (l && l->sfd == fd && !l->data_inflight)
-		help_locked(l);
-	errno = saved;
-	pthread_mutex_unlock(&hub.lock);
+	with_link(fd, [](Link *l) {
+		if (!l->data_inflight)
+			help_locked(l);
+		return true;
+	});
 }
 
 // exec, in all its forms: the shim makes the call (hooks.hpp).

@@ -278,11 +278,8 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 			return true;
 		}
 		spun = true;
-		if (!backoff.brief)
-			spinning.start();
-		if (backoff.again())
+		if (spinning.again(backoff))
 			continue;
-		spinning.stop();
 		wait_missed();
 		slept = true;
 		const int s = sleep(p, static_cast<unsigned>(n), result);
@@ -366,9 +363,7 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			return true;
 		}
 		spun = true;
-		if (!backoff.brief)
-			spinning.start();
-		if (!backoff.again()) {
+		if (!spinning.again(backoff)) {
 			wait_missed();
 			return false;
 		}
@@ -640,11 +635,8 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 			return true;
 		}
 		spun = true;
-		if (!backoff.brief)
-			spinning.start();
-		if (backoff.again())
+		if (spinning.again(backoff))
 			continue;
-		spinning.stop();
 		wait_missed();
 		slept = true;
 		const pollfd set = {epfd, POLLIN, 0};
