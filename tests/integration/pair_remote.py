@@ -266,6 +266,26 @@ def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
 
+def test_what_landed_outlives_the_peer_monitors_end(peer, settings):
+    """The bridge prototype's client streams 300 kB and reads the echo only
+    3 s later: the echo fills A's receive ring and waits in its bridge's
+    landing area while B's server ends and its monitor's clean CLOSE
+    reaches A first.  Every byte still comes back, then the end of stream:
+    the bridge gives the end (SD_RDMA_OP_FIN), not the peer's monitor."""
+    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([prog, "server", peer.remote, "9495"])
+    assert srv.readline() == "ready"
+    out = subprocess.run([prog, "client", peer.remote, "9495", "300000",
+                          "1", "3000"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout)["bytes_checked"] == 300000, out.stdout
+    assert srv.wait(120) == 0, srv.stderr
+    assert_rdma_without_resets(peer, before, pbefore, 1)
+
+
 def test_unmodified_programs_over_rdma(peer, settings):
     """Plain TCP programs under sdrun on both hosts (Python's socket
     module: an echo server on B, a client on A), nothing in them about

@@ -11,8 +11,10 @@
 //
 //   sd_rdma_bridge server ADDR PORT           accept one connection and
 //       echo it to its end of stream
-//   sd_rdma_bridge client ADDR PORT BYTES ITERS   ITERS 64-byte round
-//       trips, then stream BYTES of a seeded pattern and check the echo
+//   sd_rdma_bridge client ADDR PORT BYTES ITERS [DELAY_MS]   ITERS
+//       64-byte round trips, then stream BYTES of a seeded pattern and
+//       check the echo, read only DELAY_MS after the stream started (the
+//       echo then waits in the rings and the landing area)
 //
 // Both need net.sd.redirect=1 and the same net.sd.rendezvous_port on the
 // two hosts.  The client prints one JSON object.  Exit 0 only when every
@@ -25,6 +27,7 @@
 // count, or IMM_FIN (no more bytes), or IMM_CREDIT (the 8-byte word at
 // the half's credit_addr now holds how many landing bytes the peer took).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <linux/sd.h>
 #include <netinet/in.h>
@@ -129,6 +132,12 @@ public:
 		mine_.mtu = IBV_MTU_1024;
 	}
 
+	~Bridge()
+	{
+		if (bfd_ >= 0)
+			close(bfd_);
+	}
+
 	const sd_rdma_half &mine() const { return mine_; }
 
 	// The peer's half, checked (it came from another host), and the
@@ -144,19 +153,32 @@ public:
 			   static_cast<ibv_mtu>(std::min<std::uint32_t>(peer.mtu, IBV_MTU_1024)));
 	}
 
-	// Map the module's rings: we consume the send ring and produce the
-	// receive ring, in place of the remote end.
+	// The bridge's descriptor, and the module's rings mapped through it:
+	// we consume the send ring and produce the receive ring, in place of
+	// the remote end.  Before the queue pair can take the peer's first
+	// write: while the descriptor exists, the end of the peer's stream is
+	// ours to give (SD_RDMA_OP_FIN, once its data landed), not the peer's
+	// monitor's, whose clean end may come before the last writes landed.
+	// Numbered above the socket, so that an exit releases the socket
+	// first and ends the connection as a close would.
 	void map()
 	{
+		const int b = ioctl(fd_, SD_IOC_RDMA_BRIDGE, nullptr);
+		if (b < 0)
+			die("SD_IOC_RDMA_BRIDGE");
+		bfd_ = fcntl(b, F_DUPFD_CLOEXEC, fd_ + 1);
+		close(b);
+		if (bfd_ < 0)
+			die("fcntl");
 		sd_mmap_offsets off = {};
 		socklen_t len = sizeof(off);
 		if (getsockopt(fd_, SOL_SD, SD_MMAP_OFFSETS, &off, &len))
 			die("SD_MMAP_OFFSETS");
 		tx_.len = off.tx.mmap_len;
 		rx_.len = off.rx.mmap_len;
-		tx_.base = mmap(nullptr, tx_.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+		tx_.base = mmap(nullptr, tx_.len, PROT_READ | PROT_WRITE, MAP_SHARED, bfd_,
 				SD_PGOFF_TX_RING);
-		rx_.base = mmap(nullptr, rx_.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd_,
+		rx_.base = mmap(nullptr, rx_.len, PROT_READ | PROT_WRITE, MAP_SHARED, bfd_,
 				SD_PGOFF_RX_RING);
 		if (tx_.base == MAP_FAILED || rx_.base == MAP_FAILED)
 			die("mmap");
@@ -195,8 +217,8 @@ public:
 		cons_.reset();
 		prod_.reset();
 		close(ev_);
-		// The module releases the socket once its last user is gone:
-		// the mappings are users too.
+		// The mappings hold the bridge's descriptor's file, which
+		// the destructor closes once the program closed the socket.
 		munmap(tx_.base, tx_.len);
 		munmap(rx_.base, rx_.len);
 		tx_.base = rx_.base = MAP_FAILED;
@@ -207,7 +229,7 @@ public:
 private:
 	void op(std::uint32_t o)
 	{
-		if (ioctl(fd_, SD_IOC_RDMA, &o))
+		if (ioctl(bfd_, SD_IOC_RDMA, &o))
 			die("SD_IOC_RDMA");
 	}
 
@@ -215,7 +237,7 @@ private:
 	{
 		std::fprintf(stderr, "sd_rdma_bridge: %s: connection reset\n", why);
 		std::uint32_t o = SD_RDMA_OP_RESET;
-		ioctl(fd_, SD_IOC_RDMA, &o);
+		ioctl(bfd_, SD_IOC_RDMA, &o);
 		failed_ = true;
 	}
 
@@ -396,6 +418,7 @@ private:
 	}
 
 	int fd_;
+	int bfd_ = -1;
 	int ev_ = -1;
 	Device dev_;
 	Pd pd_;
@@ -476,8 +499,8 @@ int serve(const char *addr, const char *port)
 	if (getsockopt(fd, SOL_SD, SD_RDMA_PEER, &peer, &len))
 		die("SD_RDMA_PEER");
 	Bridge b(fd);
-	b.connect(peer);
 	b.map();
+	b.connect(peer);
 	if (setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &b.mine(), sizeof(b.mine())))
 		die("SD_RDMA_LOCAL");
 	pthread_t t;
@@ -521,7 +544,8 @@ void *writer_main(void *arg)
 	return nullptr;
 }
 
-int client(const char *addr, const char *port, std::uint64_t bytes, unsigned iters)
+int client(const char *addr, const char *port, std::uint64_t bytes, unsigned iters,
+	   unsigned delay_ms)
 {
 	const sockaddr_in sin = address(addr, port);
 	const int one = 1;
@@ -543,8 +567,8 @@ int client(const char *addr, const char *port, std::uint64_t bytes, unsigned ite
 	socklen_t len = sizeof(peer);
 	if (getsockopt(fd, SOL_SD, SD_RDMA_PEER, &peer, &len))
 		die("SD_RDMA_PEER");
-	b.connect(peer);
 	b.map();
+	b.connect(peer);
 	pthread_t bt;
 	if (pthread_create(&bt, nullptr, bridge_main, &b))
 		die("pthread_create");
@@ -576,6 +600,8 @@ int client(const char *addr, const char *port, std::uint64_t bytes, unsigned ite
 	pthread_t wt;
 	if (pthread_create(&wt, nullptr, writer_main, &w))
 		die("pthread_create");
+	if (delay_ms)
+		usleep(delay_ms * 1000U);
 	std::uint64_t got = 0;
 	for (;;) {
 		const ssize_t r = recv(fd, in, sizeof(in), 0);
@@ -615,10 +641,11 @@ int main(int argc, char **argv)
 {
 	if (argc == 4 && !std::strcmp(argv[1], "server"))
 		return serve(argv[2], argv[3]);
-	if (argc == 6 && !std::strcmp(argv[1], "client"))
+	if ((argc == 6 || argc == 7) && !std::strcmp(argv[1], "client"))
 		return client(argv[2], argv[3], std::strtoull(argv[4], nullptr, 0),
-			      static_cast<unsigned>(std::atoi(argv[5])));
+			      static_cast<unsigned>(std::atoi(argv[5])),
+			      argc == 7 ? static_cast<unsigned>(std::atoi(argv[6])) : 0);
 	std::fprintf(stderr, "usage: sd_rdma_bridge server ADDR PORT\n"
-			     "       sd_rdma_bridge client ADDR PORT BYTES ITERS\n");
+			     "       sd_rdma_bridge client ADDR PORT BYTES ITERS [DELAY_MS]\n");
 	return 2;
 }

@@ -149,7 +149,11 @@ struct sd_rdma_half {
  * send ring, with a reset otherwise.  Closed while the socket is still
  * open, it resets the connection.  While a bridge descriptor exists, the
  * end of the peer's stream is the bridge's to give (SD_RDMA_OP_FIN), not
- * the peer's monitor's.
+ * the peer's monitor's.  Without one (a bridge working on the socket
+ * itself), the peer's monitor's clean end is the end of the stream at
+ * once, even if the peer's last writes have not reached the receive ring
+ * yet: a bridge takes its descriptor before its queue pair can take the
+ * peer's first write.
  */
 #define SD_IOC_RDMA_BRIDGE	_IO('S', 0xD7)
 #define SD_IOC_RDMA_PEER	_IOR('S', 0xD8, struct sd_rdma_half)
