@@ -105,6 +105,23 @@ def client(peer, n=2, env=None):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+RXE_COUNTERS = ("grep -r . /sys/class/infiniband/*/ports/1/hw_counters/ "
+                "2>/dev/null | sed 's|.*/hw_counters/||'")
+
+
+def rxe_counters(peer=None):
+    """The soft-RoCE device's counters (retries, RNR and sequence NAKs,
+    duplicates), of this host or of peer's: what the transport went
+    through, for a failure's message."""
+    if peer:
+        text = peer.run(["sh", "-c", RXE_COUNTERS])["stdout"]
+    else:
+        text = subprocess.run(["sh", "-c", RXE_COUNTERS], text=True,
+                              capture_output=True).stdout
+    pairs = (line.rsplit(":", 1) for line in text.split())
+    return {k: int(v) for k, v in pairs if k != "lifespan" and v.isdigit()}
+
+
 def delta(before, after):
     return {k: v - before.get(k, 0) for k, v in after.items()
             if v != before.get(k, 0)}
@@ -1035,13 +1052,14 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
+    rxe = rxe_counters(), rxe_counters(peer)
     srv = peer.spawn([prog, "server", peer.remote, str(port)])
     assert srv.readline() == "ready"
     cli = subprocess.Popen([prog, "client", peer.remote, str(port),
                             str(1 << 40), "3"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     time.sleep(5)
-    out, err, took = break_and_wait(how, srv, cli, peer)
+    out, err, took = break_and_wait(how, srv, cli, peer, rxe)
     assert cli.returncode == 1, (out, err)
     assert "reset" in err.lower() or "broken pipe" in err.lower(), err
     # A server killed when it had taken every byte that landed ends
@@ -1098,6 +1116,7 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
     port = {"kill": 9511, "link": 9512, "device": 9513}[how]
     rendezvous_with(peer)
     before = stats()
+    rxe = rxe_counters(), rxe_counters(peer)
     srv = peer.spawn([SDRUN, sys.executable, "-c", SINK, str(port)])
     assert srv.readline() == "ready"
     cli = subprocess.Popen([SDRUN, sys.executable, "-c", STREAMER,
@@ -1107,7 +1126,7 @@ def test_libsd_bridge_failure_is_an_error(peer, settings, how):
         assert cli.stdout.readline().strip() == "connected"
         time.sleep(5)
         assert delta(before, stats()).get("rdma_connects") == 1
-        out, err, took = break_and_wait(how, srv, cli, peer)
+        out, err, took = break_and_wait(how, srv, cli, peer, rxe)
     finally:
         cli.kill()
         srv.kill()
@@ -1139,11 +1158,12 @@ def rdma_path_back(peer):
         time.sleep(1)
 
 
-def break_and_wait(how, srv, cli, peer):
+def break_and_wait(how, srv, cli, peer, rxe):
     """The client still streaming, break the path (break_path), and wait
     for the client's end (bounded): its output and the seconds it took.
     The client is killed and the path restored whatever happens, and
-    found working again (rdma_path_back)."""
+    found working again (rdma_path_back).  rxe: both hosts' rxe_counters()
+    from before the client started."""
     restore = None
     try:
         if cli.poll() is not None:
@@ -1157,7 +1177,10 @@ def break_and_wait(how, srv, cli, peer):
             pytest.fail(f"the client ended before the path broke "
                         f"(status {cli.returncode}): {out}{err}"
                         f"server on B (status {srv.rc}): {srv.stderr}\n"
-                        f"counters: A {stats()}\nB {stats(peer)}")
+                        f"counters: A {stats()}\nB {stats(peer)}\n"
+                        f"rxe since the start: A "
+                        f"{delta(rxe[0], rxe_counters())}\nB "
+                        f"{delta(rxe[1], rxe_counters(peer))}")
         restore = break_path(how, srv)
         t0 = time.monotonic()
         if how == "link":
