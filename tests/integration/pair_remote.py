@@ -25,6 +25,8 @@ RDV_PORT = 7471
 APP_PORT = 9191
 
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
+# The bridge prototype (tests/progs/sd_rdma_bridge.cpp).
+BRIDGE = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
 
 CLIENT = """
 import os, socket, sys
@@ -269,18 +271,7 @@ def test_af_sd_connection_over_rdma_through_the_monitors(peer, settings):
     programs on both ends only call send and recv on their sockets: 64-byte
     round trips, then 2 MB echoed and checked byte for byte, then the end
     of stream both ways, and both monitors count one RDMA connection."""
-    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
-    rendezvous_with(peer)
-    before, pbefore = stats(), stats(peer)
-    srv = peer.spawn([prog, "server", peer.remote, "9494"])
-    assert srv.readline() == "ready"
-    out = subprocess.run([prog, "client", peer.remote, "9494", "2000000",
-                          "20"], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout + out.stderr
-    got = json.loads(out.stdout)
-    assert got["transport"] == "rdma" and got["bytes_checked"] == 2000000, got
-    assert srv.wait(120) == 0, srv.stderr
-    assert_rdma_without_resets(peer, before, pbefore, 1)
+    bridge_echo(peer, 9494, 2000000, 20)
 
 
 def test_what_landed_outlives_the_peer_monitors_end(peer, settings):
@@ -289,16 +280,23 @@ def test_what_landed_outlives_the_peer_monitors_end(peer, settings):
     landing area while B's server ends and its monitor's clean CLOSE
     reaches A first.  Every byte still comes back, then the end of stream:
     the bridge gives the end (SD_RDMA_OP_FIN), not the peer's monitor."""
-    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
+    bridge_echo(peer, 9495, 300000, 1, delay_ms=3000)
+
+
+def bridge_echo(peer, port, nbytes, iters, delay_ms=0):
+    """The bridge prototype's server on B and its client here: iters round
+    trips, then nbytes echoed (read delay_ms late), every byte checked, an
+    RDMA connection both ends, with no reset."""
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
-    srv = peer.spawn([prog, "server", peer.remote, "9495"])
+    srv = peer.spawn([BRIDGE, "server", peer.remote, str(port)])
     assert srv.readline() == "ready"
-    out = subprocess.run([prog, "client", peer.remote, "9495", "300000",
-                          "1", "3000"], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run([BRIDGE, "client", peer.remote, str(port),
+                          str(nbytes), str(iters), str(delay_ms)],
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert json.loads(out.stdout)["bytes_checked"] == 300000, out.stdout
+    got = json.loads(out.stdout)
+    assert got["transport"] == "rdma" and got["bytes_checked"] == nbytes, got
     assert srv.wait(120) == 0, srv.stderr
     assert_rdma_without_resets(peer, before, pbefore, 1)
 
@@ -1048,14 +1046,13 @@ def test_rdma_failure_mid_transfer_is_an_error(peer, settings, how):
     other monitor's CLOSE, the link's keepalive, or the queue pair's
     retries), never a hang; after a broken link or device both sides
     count the reset."""
-    prog = str(TOP / "build" / "user" / "tests" / "progs" / "sd_rdma_bridge")
     port = {"kill": 9501, "link": 9502, "device": 9503}[how]
     rendezvous_with(peer)
     before, pbefore = stats(), stats(peer)
     rxe = rxe_counters(), rxe_counters(peer)
-    srv = peer.spawn([prog, "server", peer.remote, str(port)])
+    srv = peer.spawn([BRIDGE, "server", peer.remote, str(port)])
     assert srv.readline() == "ready"
-    cli = subprocess.Popen([prog, "client", peer.remote, str(port),
+    cli = subprocess.Popen([BRIDGE, "client", peer.remote, str(port),
                             str(1 << 40), "3"], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     time.sleep(5)
