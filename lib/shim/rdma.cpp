@@ -71,6 +71,13 @@ constexpr unsigned RECVS = 2 * SEND_WR;	// the peer's writes we can take
 constexpr unsigned RECV_BATCH = 8;
 constexpr std::uint64_t CREDIT_BATCH = LAND_SIZE / 4;	// see credit_due()
 constexpr unsigned CQE_PER_LINK = SEND_WR + RECVS;	// its completions in flight at most
+// The queue pair's local ACK timeout, 4.096 us * 2^17 = 537 ms: a write
+// whose acknowledgement takes longer goes again (ACK_RETRIES times before
+// the queue pair fails).  At 2^14, 67 ms, a loaded soft-RoCE host resent a
+// few tens of writes and a thousand packets per 20 MB (rdma.rst); the
+// rdma_cm's queue pairs over RoCE wait longer still (2^19).
+constexpr std::uint8_t ACK_TIMEOUT = 17;
+constexpr std::uint8_t ACK_RETRIES = 7;
 // Writes this small carry their bytes in the request itself: the device
 // need not read them from our memory region (an adapter's read across the
 // bus; rxe's key lookup and page walk), as rsocket's and perftest's small
@@ -609,8 +616,8 @@ bool link_connect(Link *l, const sd_rdma_half &p) noexcept
 		return false;
 	a = {};
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
-	a.retry_cnt = 7;
+	a.timeout = ACK_TIMEOUT;
+	a.retry_cnt = ACK_RETRIES;
 	a.rnr_retry = 7;
 	a.sq_psn = l->mine.psn;
 	a.max_rd_atomic = 1;

@@ -74,6 +74,11 @@ inline void qp_init(ibv_qp *qp)
 		die("QP to INIT");
 }
 
+// The local ACK timeout, 4.096 us * 2^17 = 537 ms, as libsd's
+// (lib/shim/rdma.cpp): shorter, a loaded soft-RoCE host resends writes
+// whose acknowledgement was only late.
+constexpr std::uint8_t ACK_TIMEOUT = 17;
+
 // INIT to RTR to RTS, towards the peer's queue pair qpn at gid.
 inline void qp_connect(ibv_qp *qp, const Device &dev, const std::uint8_t gid[16],
 		       std::uint32_t qpn, std::uint32_t peer_psn, std::uint32_t my_psn,
@@ -96,7 +101,7 @@ inline void qp_connect(ibv_qp *qp, const Device &dev, const std::uint8_t gid[16]
 		die("QP to RTR");
 	a = {};
 	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 14;
+	a.timeout = ACK_TIMEOUT;
 	a.retry_cnt = 7;
 	a.rnr_retry = 7;
 	a.sq_psn = my_psn;
