@@ -129,11 +129,15 @@ struct Backoff {
 		// the rings after it, without pausing.  (Under TCG a pause
 		// leaves the virtual processor's loop, some microseconds
 		// each: 64 of them were a fifth of a round trip between the
-		// test hosts.)
+		// test hosts.)  Not a second look at the queues on the way
+		// out: no look at the rings would follow it, and the sleep
+		// looks at both again after arming the queues.
 		if (brief) {
+			if (n++)
+				return false;
 			if (rdma_links.load(std::memory_order_relaxed))
 				::sd_rdma_spin(true);
-			return !n++;
+			return true;
 		}
 		if (yields) {
 			if (yields++ < YIELDS) {
