@@ -179,7 +179,7 @@ Conn *get(int fd)
 	int fl = real::fcntl()(fd, F_GETFL);
 	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
 	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
-	c->rdma_misses.store(0, std::memory_order_relaxed);
+	c->rdma_log.store(WaitLog{}, std::memory_order_relaxed);
 	c->rd_shut.store(false, std::memory_order_relaxed);
 	c->wr_shut.store(false, std::memory_order_relaxed);
 	init_side(c->tx, tx, off.tx, true);
@@ -598,8 +598,10 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 // it).  True to look again (kernel_ready: the kernel says the socket has
 // something, look once and then go there); false to go on as without it,
 // with owned false if the side is not ours again, or werr set for the
-// call to fail with.
-bool rdma_sleep(int fd, Conn *c, Side &s, bool &kernel_ready, bool &owned, int &werr)
+// call to fail with.  The wait's first sleep goes into the connection's
+// WaitLog (brief: the wait only looked briefly).
+bool rdma_sleep(int fd, Conn *c, Side &s, bool first, bool brief, bool &kernel_ready, bool &owned,
+		int &werr)
 {
 	sd::Consumer &q = s.consumer();
 	const int w = q.prepare_wait();
@@ -619,9 +621,11 @@ bool rdma_sleep(int fd, Conn *c, Side &s, bool &kernel_ready, bool &owned, int &
 	owned = c->still(fd) && begin(c, s, false);
 	if (!owned || !r)
 		return false;
-	const unsigned m = c->rdma_misses.load(std::memory_order_relaxed);
-	c->rdma_misses.store(static_cast<std::uint8_t>(m >= 250 ? RDMA_BRIEF_AFTER : m + 1),
-			     std::memory_order_relaxed);
+	if (first) {
+		WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
+		log.slept(brief);
+		c->rdma_log.store(log, std::memory_order_relaxed);
+	}
 	if (r < 0) {
 		werr = e;
 		return false;
@@ -650,15 +654,12 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		return false;
 	}
 	sd::Consumer &q = s.consumer();
-	const unsigned misses = c->rdma_misses.load(std::memory_order_relaxed);
-	const bool brief = misses >= RDMA_BRIEF_AFTER && misses % RDMA_PROBE_EVERY;
 	Backoff backoff;
 	int rearm = 0;
 	bool reset = false, kernel_ready = false, owned = true, waited = false, slept = false;
+	bool brief = false;
 	int werr = 0;
 	ssize_t n;
-
-	backoff.brief = brief;
 	RdmaSpinning spinning;
 
 	for (;;) {
@@ -675,10 +676,13 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			// come in a spin now and then (a fifth of the round trips
 			// between the test hosts) would otherwise make every
 			// receive after it spin again in full.
-			if (waited && !slept && misses)
-				c->rdma_misses.store(static_cast<std::uint8_t>(
-							     misses_after_hit(misses, !brief)),
-						     std::memory_order_relaxed);
+			if (waited && !slept) {
+				WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
+				if (log.misses) {
+					log.hit(brief);
+					c->rdma_log.store(log, std::memory_order_relaxed);
+				}
+			}
 			break;
 		}
 		if (n != -EAGAIN)
@@ -688,13 +692,22 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 				continue;
 			break;
 		}
+		if (!waited) {
+			// The wait begins: a brief one, or a spin in full.
+			WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
+			if (log.misses >= RDMA_BRIEF_AFTER) {
+				brief = log.begin();
+				c->rdma_log.store(log, std::memory_order_relaxed);
+				backoff.brief = brief;
+			}
+		}
 		waited = true;
 		if (kernel_ready)
 			break;
 		if (spinning.again(backoff))
 			continue;
 		if (!rdma_links.load(std::memory_order_relaxed) ||
-		    !rdma_sleep(fd, c, s, kernel_ready, owned, werr))
+		    !rdma_sleep(fd, c, s, !slept, brief, kernel_ready, owned, werr))
 			break;
 		slept = true;
 		backoff = Backoff();

@@ -6,6 +6,7 @@
 
 #include "hooks.hpp"
 #include "shim.hpp"
+#include "waitlog.hpp"
 
 #include "../ring.hpp"
 #include "../token.hpp"
@@ -28,23 +29,6 @@ extern std::int64_t spin_ns;
 // Connections of this process that its RDMA bridge carries (rdma.cpp).
 extern std::atomic<unsigned> rdma_links;
 constexpr int YIELDS = 8;
-// A receive on an RDMA connection whose last RDMA_BRIEF_AFTER spins all
-// ended in a sleep (its peer is farther away than a spin) sleeps at once,
-// but for every RDMA_PROBE_EVERY-th, which spins to see whether that
-// changed (fast.cpp).
-constexpr unsigned RDMA_BRIEF_AFTER = 4;
-constexpr unsigned RDMA_PROBE_EVERY = 16;
-
-// The count of a wait that found its data before any sleep: halved, and
-// below RDMA_BRIEF_AFTER if it spun in full (that spin paid, so the next
-// wait spins in full too; else a spin that always paid stayed one in
-// RDMA_PROBE_EVERY, the count halved to no lower than
-// RDMA_PROBE_EVERY / 2 each time).
-inline unsigned misses_after_hit(unsigned m, bool full)
-{
-	m /= 2;
-	return full && m >= RDMA_BRIEF_AFTER ? RDMA_BRIEF_AFTER - 1 : m;
-}
 
 constexpr unsigned MAX_CONNS = 1U << 16;
 
@@ -78,9 +62,8 @@ struct Conn {
 	std::atomic<bool> rd_shut;
 	std::atomic<bool> wr_shut;
 	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
-	// Receives in a row whose spin ended in a sleep (RDMA connections
-	// only: fast.cpp, rdma_sleep()).
-	std::atomic<std::uint8_t> rdma_misses;
+	// How its receives' waits went (RDMA connections only: fast.cpp).
+	std::atomic<WaitLog> rdma_log;
 	Side tx, rx;
 	Conn *next_spare;		// kept for reuse, never freed (fast.cpp)
 

@@ -189,35 +189,34 @@ struct Sleep {
 
 // A thread whose last RDMA_BRIEF_AFTER waits here all ended in a sleep,
 // in a process with RDMA connections (what it waits for comes from
-// another host, farther away than a spin), sleeps at once but for every
-// RDMA_PROBE_EVERY-th wait, which spins to see whether that changed, as a
-// receive does on an RDMA connection (fast.cpp).  Per thread: an event
+// another host, farther away than a spin), sleeps at once but for a probe
+// now and then, which spins to see whether that changed, as a receive
+// does on an RDMA connection (WaitLog, fast.cpp).  Per thread: an event
 // loop's waits are its own.
-constinit thread_local std::uint8_t wait_misses __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local WaitLog wait_log __attribute__((tls_model("initial-exec")));
 
-// The backoff of a wait that begins.
-Backoff wait_backoff()
+// A wait begins (nothing was ready): whether it only looks briefly, into
+// b.
+void wait_begins(Backoff &b)
 {
-	Backoff b;
-	const unsigned m = wait_misses;
-	b.brief = rdma_links.load(std::memory_order_relaxed) && m >= RDMA_BRIEF_AFTER &&
-		  m % RDMA_PROBE_EVERY;
-	return b;
+	if (rdma_links.load(std::memory_order_relaxed) && wait_log.misses >= RDMA_BRIEF_AFTER)
+		b.brief = wait_log.begin();
 }
 
-// A wait's spin ran out: it sleeps (or the kernel's call does).
-void wait_missed()
+// A wait's spin ran out: it sleeps (or the kernel's call does).  first:
+// its first sleep.
+void wait_missed(const Backoff &b, bool first)
 {
-	const unsigned m = wait_misses;
-	wait_misses = static_cast<std::uint8_t>(m >= 250 ? RDMA_BRIEF_AFTER : m + 1);
+	if (first)
+		wait_log.slept(b.brief);
 }
 
-// A wait found something while it spun (full: not a brief look), before
-// any sleep: spinning may pay (as a receive's, fast.cpp).
-void wait_paid(bool spun, bool slept, bool full)
+// A wait found something while it spun, before any sleep: spinning may
+// pay (as a receive's, fast.cpp).
+void wait_paid(bool spun, bool slept, const Backoff &b)
 {
-	if (spun && !slept)
-		wait_misses = static_cast<std::uint8_t>(misses_after_hit(wait_misses, full));
+	if (spun && !slept && wait_log.misses)
+		wait_log.hit(b.brief);
 }
 
 timespec ms_ts(int ms)
@@ -259,14 +258,14 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 {
 	int mine[MAX_SET];
 	bool kernel, spun = false, slept = false;
-	Backoff backoff = wait_backoff();
+	Backoff backoff;
 	RdmaSpinning spinning;
 
 	if (!n || n > MAX_SET)
 		return false;
 	for (;;) {
 		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, slept, !backoff.brief);
+			wait_paid(spun, slept, backoff);
 			break;
 		}
 		if (kernel)
@@ -277,10 +276,12 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 			*result = 0;
 			return true;
 		}
+		if (!spun)
+			wait_begins(backoff);
 		spun = true;
 		if (spinning.again(backoff))
 			continue;
-		wait_missed();
+		wait_missed(backoff, !slept);
 		slept = true;
 		const int s = sleep(p, static_cast<unsigned>(n), result);
 		if (s < 0) {
@@ -343,11 +344,11 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 
 	int mine[MAX_SET];
 	bool kernel, spun = false;
-	Backoff backoff = wait_backoff();
+	Backoff backoff;
 	RdmaSpinning spinning;
 	for (;;) {
 		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, false, !backoff.brief);
+			wait_paid(spun, false, backoff);
 			break;
 		}
 		if (kernel || !n)
@@ -362,9 +363,11 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			*result = 0;
 			return true;
 		}
+		if (!spun)
+			wait_begins(backoff);
 		spun = true;
 		if (!spinning.again(backoff)) {
-			wait_missed();
+			wait_missed(backoff, true);
 			return false;
 		}
 	}
@@ -558,7 +561,7 @@ void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep, int *result)
 {
 	Ep *e = ep_of(epfd);
-	Backoff backoff = wait_backoff();
+	Backoff backoff;
 	RdmaSpinning spinning;
 	int found = 0;
 	bool kernel = false, spun = false, slept = false;
@@ -625,7 +628,7 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 		}
 		pthread_mutex_unlock(&e->lock);
 		if (found) {
-			wait_paid(spun, slept, !backoff.brief);
+			wait_paid(spun, slept, backoff);
 			break;
 		}
 		if (kernel)
@@ -634,10 +637,12 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 			*result = 0;
 			return true;
 		}
+		if (!spun)
+			wait_begins(backoff);
 		spun = true;
 		if (spinning.again(backoff))
 			continue;
-		wait_missed();
+		wait_missed(backoff, !slept);
 		slept = true;
 		const pollfd set = {epfd, POLLIN, 0};
 		const int s = sleep(&set, 1, result);

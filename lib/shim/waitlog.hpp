@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: LGPL-2.1-or-later
+//
+// Whether a wait for RDMA data spins or only looks briefly and sleeps
+// (fast.cpp, ready.cpp; Documentation/libsd.rst, "What goes fast").
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace sd::shim::fast {
+
+// A wait for RDMA data (a receive on an RDMA connection, or poll and
+// epoll waits in a process with RDMA connections) whose last
+// RDMA_BRIEF_AFTER spins all ended in a sleep (the peer is farther away
+// than a spin) only looks briefly and sleeps, but for a probe now and
+// then, which spins in full to see whether that changed: after
+// RDMA_PROBE_EVERY brief waits, and after twice as many each time a probe
+// did not pay, up to RDMA_PROBE_EVERY << RDMA_PROBE_SHIFT_MAX (1,024).  A
+// probe spins as long as a fresh connection's first waits, and between
+// the test hosts, where the round trip is longer than a spin, one probe
+// in every 16 waits took processor time the round trip needed
+// (Documentation/bench.rst).
+constexpr unsigned RDMA_BRIEF_AFTER = 4;
+constexpr unsigned RDMA_PROBE_EVERY = 16;
+constexpr unsigned RDMA_PROBE_SHIFT_MAX = 6;
+constexpr unsigned RDMA_MISSES_MAX = 250;
+
+// The count of a wait that found its data before any sleep: halved, and
+// below RDMA_BRIEF_AFTER if it spun in full (that spin paid, so the next
+// wait spins in full too; else a spin that always paid stayed one in
+// RDMA_PROBE_EVERY, the count halved to no lower than
+// RDMA_PROBE_EVERY / 2 each time).
+inline unsigned misses_after_hit(unsigned m, bool full)
+{
+	m /= 2;
+	return full && m >= RDMA_BRIEF_AFTER ? RDMA_BRIEF_AFTER - 1 : m;
+}
+
+// How the waits for RDMA data of a connection (a receive's) or a thread
+// (poll and epoll waits) went lately.
+struct WaitLog {
+	std::uint8_t misses = 0;	// in a row whose spin ended in a sleep
+	std::uint8_t shift = 0;		// probes in a row that did not pay
+	std::uint16_t since = 0;	// brief waits since the last probe
+
+	// A wait begins (nothing was there): whether it only looks briefly
+	// and sleeps.  Otherwise it spins in full: a fresh connection, one
+	// whose spins paid lately, or a probe.
+	bool begin()
+	{
+		if (misses < RDMA_BRIEF_AFTER)
+			return false;
+		if (since + 1U >= RDMA_PROBE_EVERY << shift) {
+			since = 0;
+			return false;
+		}
+		since++;
+		return true;
+	}
+	// The wait's first sleep (its spin or brief look found nothing).  A
+	// probe that did not pay makes the next one wait twice as long.
+	void slept(bool brief)
+	{
+		if (!brief && misses >= RDMA_BRIEF_AFTER && shift < RDMA_PROBE_SHIFT_MAX)
+			shift++;
+		if (misses < RDMA_MISSES_MAX)
+			misses++;
+	}
+	// The wait found its data before any sleep.  After a spin in full
+	// (not brief) spinning pays here: the next wait spins in full too,
+	// and probes come at the first pace again.
+	void hit(bool brief)
+	{
+		if (!brief)
+			shift = 0;
+		misses = static_cast<std::uint8_t>(misses_after_hit(misses, !brief));
+	}
+};
+static_assert(std::atomic<WaitLog>::is_always_lock_free);
+
+} // namespace sd::shim::fast
