@@ -741,11 +741,21 @@ Link *link_new() noexcept
 	return p ? new (p) Link : nullptr;
 }
 
+// Slot i is free again; top comes down past the free slots at the end,
+// so that the loops over the slots (the bridge's, every turn) stop at the
+// last link in use rather than at MAX_LINKS.  Under hub.lock.
+void slot_free(unsigned i) noexcept
+{
+	hub.slots[i] = nullptr;
+	while (top && !hub.slots[top - 1])
+		top--;
+}
+
 // Drop a link that never reached the thread.  Under hub.lock.
 void link_drop(Link *l) noexcept
 {
 	if (hub.slots[l->slot] == l)
-		hub.slots[l->slot] = nullptr;
+		slot_free(l->slot);
 	link_free(l);
 }
 
@@ -1657,7 +1667,7 @@ void wait_events() noexcept
 		arm_cqs();
 	}
 	bool now = !spun && poll_cqs();
-	for (unsigned i = 0; i < MAX_LINKS && !now; i++) {
+	for (unsigned i = 0; i < top && !now; i++) {
 		Link *l = hub.slots[i];
 		if (!l || !l->started || l->state == State::WAIT_PEER)
 			continue;
@@ -1725,7 +1735,7 @@ void wait_events() noexcept
 // (or failed, or the peer went with all of it).  Under hub.lock.
 bool drained_locked() noexcept
 {
-	for (unsigned i = 0; i < MAX_LINKS; i++) {
+	for (unsigned i = 0; i < top; i++) {
 		Link *l = hub.slots[i];
 		if (l && l->started && !l->failed &&
 		    (!l->tx_done || (l->inflight && !peer_ended(l))))
@@ -1919,21 +1929,24 @@ void *bridge_main(void *) noexcept
 	// A child's first ask for its parent's connections comes a moment
 	// after the fork: one that execs at once (a program without libsd,
 	// maybe) never asks, so its parent's bridge does not hand them over.
-	std::int64_t idle_since = 0, checked = fast::now_ns(), last_move = 0,
-		     looked = hub.ask_now ? 0 : fast::now_ns();
+	// Its times are all a second or more apart but a tenth's (adoption):
+	// the coarse clock, which costs no system call where the clock
+	// source is not the TSC (fast.hpp).
+	std::int64_t idle_since = 0, checked = fast::coarse_ns(), last_move = 0,
+		     looked = hub.ask_now ? 0 : fast::coarse_ns();
 
 	for (;;) {
 		pthread_mutex_lock(&hub.lock);
 		// The program's threads all ended while connections were open:
 		// carry them out, then exit as the process would have.
 		if (hub.last.load(std::memory_order_relaxed) &&
-		    (drained_locked() || fast::now_ns() - last_move > EXIT_STALL_NS)) {
+		    (drained_locked() || fast::coarse_ns() - last_move > EXIT_STALL_NS)) {
 			pthread_mutex_unlock(&hub.lock);
 			exit(0);
 		}
 		if (!fast::rdma_links.load(std::memory_order_relaxed) && !hub.n_orphans &&
 		    !hub.n_pending) {
-			const std::int64_t now = fast::now_ns();
+			const std::int64_t now = fast::coarse_ns();
 			if (!idle_since) {
 				idle_since = now;
 			} else if (now - idle_since > IDLE_EXIT_NS) {
@@ -1945,27 +1958,27 @@ void *bridge_main(void *) noexcept
 			idle_since = 0;
 		}
 		bool moved = false;
-		if (hub.n_orphans && fast::now_ns() - looked > ADOPT_POLL_NS) {
-			looked = fast::now_ns();
+		if (hub.n_orphans && fast::coarse_ns() - looked > ADOPT_POLL_NS) {
+			looked = fast::coarse_ns();
 			moved = adopt_orphans();
 		}
 		moved |= pending_check();
 		moved |= poll_cqs();
-		for (unsigned i = 0; i < MAX_LINKS; i++) {
+		for (unsigned i = 0; i < top; i++) {
 			Link *l = hub.slots[i];
 			bool done;
 			if (!l || !l->started)
 				continue;
 			moved |= step(l, &done);
 			if (done) {
-				hub.slots[i] = nullptr;
+				slot_free(i);
 				link_free(l);
 				fast::rdma_links.fetch_sub(1, std::memory_order_relaxed);
 				moved = true;
 			}
 		}
 		pthread_mutex_unlock(&hub.lock);
-		const std::int64_t now = fast::now_ns();
+		const std::int64_t now = fast::coarse_ns();
 		if (moved) {
 			hub.progress.fetch_add(1, std::memory_order_relaxed);
 			last_move = now;
@@ -2043,7 +2056,7 @@ void after_fork_child() noexcept
 		real::close()(hub.pending[i].dup);
 	hub.n_pending = 0;
 	hub.n_orphans = 0;
-	for (unsigned i = 0; i < MAX_LINKS; i++) {
+	for (unsigned i = 0; i < top; i++) {
 		const Link *l = hub.slots[i];
 		// One whose descriptor the parent closed may live on in a
 		// copy (dup): it is looked for by its inode.
@@ -2140,7 +2153,7 @@ void before_exec() noexcept
 	// none from now on.
 	pthread_mutex_lock(&hub.lock);
 	hub.execing = true;
-	for (unsigned i = 0; i < MAX_LINKS; i++) {
+	for (unsigned i = 0; i < top; i++) {
 		Link *l = hub.slots[i];
 		if (l && l->started && !l->failed) {
 			l->execing = true;
@@ -2152,7 +2165,7 @@ void before_exec() noexcept
 		return;
 	kick();
 	wait_for_bridge([]() noexcept {
-		for (unsigned i = 0; i < MAX_LINKS; i++)
+		for (unsigned i = 0; i < top; i++)
 			if (hub.slots[i] && hub.slots[i]->execing)
 				return false;
 		return true;
@@ -2167,7 +2180,7 @@ void after_exec_failed() noexcept
 		return;
 	pthread_mutex_lock(&hub.lock);
 	hub.execing = false;
-	for (unsigned i = 0; i < MAX_LINKS; i++)
+	for (unsigned i = 0; i < top; i++)
 		if (hub.slots[i])
 			hub.slots[i]->execing = false;
 	const unsigned had = hub.n_orphans;
