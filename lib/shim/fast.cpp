@@ -360,6 +360,11 @@ template <typename End> bool arm_and_retry(End &e, int &tries, ssize_t &n)
 }
 
 constexpr size_t PAGE = 4096;
+// The largest send that may skip the ring of an idle RDMA link
+// (sd_rdma_send()): a message, not a stream, whose one write is as soon
+// out as a ring's first; larger ones go by the ring, whose writes overlap
+// the program's copying.
+constexpr size_t RDMA_DIRECT_MAX = 4096;
 
 // Copy [b, b + len) into the ring as send_rest() would, adding to done.
 // Returns the last write's result (negative: stop).
@@ -524,6 +529,15 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		end(s);
 		unlock_side(s, locked);
 		return send_result(done, kernel_done, n, result);
+	}
+	// A small send on an idle RDMA link whose ring is empty goes from the
+	// program's buffers into the link's mirror and out, without the ring.
+	if (want <= RDMA_DIRECT_MAX && rdma_links.load(std::memory_order_relaxed) &&
+	    sd_rdma_send(fd, iov, iovcnt, want)) {
+		end(s);
+		unlock_side(s, locked);
+		*result = static_cast<ssize_t>(want);
+		return true;
 	}
 	ssize_t n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
 

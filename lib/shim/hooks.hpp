@@ -98,6 +98,10 @@ bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept;
 // the connection is an RDMA one with no write in flight, its write goes
 // now (rdma.cpp).
 void sd_rdma_push(int fd) noexcept;
+// A send of want bytes on fd straight into its RDMA link's mirror and
+// out, skipping the send ring, when the link is idle and the ring empty:
+// true if it went (rdma.cpp).
+bool sd_rdma_send(int fd, const struct iovec *iov, int iovcnt, size_t want) noexcept;
 // A blocking receive on fd that would sleep: 0 if fd is not an RDMA
 // connection, 1 to look again, 2 when the socket has something, -1 with
 // errno to fail with (rdma.cpp).

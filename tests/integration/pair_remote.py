@@ -137,6 +137,25 @@ def assert_rdma_without_resets(peer, before, pbefore, n):
     assert pd.get("rdma_queued") == n and "rdma_resets" not in pd, pd
 
 
+def client_of_echo(peer, port, script, args=(), n=1, env=None, timeout=600):
+    """Python script, under sdrun on A, against B's echo server (under
+    sdrun too) on port, with B's address, port and args as its arguments:
+    it prints "ok", A connected n RDMA connections, B queued n, and
+    neither host counted a reset."""
+    rendezvous_with(peer)
+    before, pbefore = stats(), stats(peer)
+    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
+    try:
+        assert srv.readline() == "ready"
+        out = subprocess.run([SDRUN, sys.executable, "-c", script, peer.remote,
+                              str(port), *args], capture_output=True, text=True,
+                             timeout=timeout, env=dict(os.environ, **(env or {})))
+        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    finally:
+        srv.kill()
+    assert_rdma_without_resets(peer, before, pbefore, n)
+
+
 def pingpong(peer, iters, port=18515, timeout=240):
     """A reliable-connected ping-pong between the two rxe devices
     (ibv_rc_pingpong, its server on B): A's end's output, and B's end's
@@ -308,18 +327,7 @@ def test_unmodified_programs_over_rdma(peer, settings):
     its bridge carries both connections, every byte of 2 x 200 kB comes
     back as sent, and both monitors count two RDMA connections and no
     reset."""
-    rendezvous_with(peer)
-    before, pbefore = stats(), stats(peer)
-    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(APP_PORT + 1)])
-    try:
-        assert srv.readline() == "ready"
-        out = subprocess.run([SDRUN, sys.executable, "-c", CLIENT, peer.remote,
-                              str(APP_PORT + 1), "2"], capture_output=True,
-                             text=True, timeout=600)
-        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    finally:
-        srv.kill()
-    assert_rdma_without_resets(peer, before, pbefore, 2)
+    client_of_echo(peer, APP_PORT + 1, CLIENT, ["2"], n=2)
 
 
 TWO_WAITS = """
@@ -361,18 +369,7 @@ def test_waits_of_two_threads_on_two_connections(peer, settings):
     sleeps in the kernel alone) and epoll (on the channel too): every echo
     comes whole, through whichever thread is woken, the idle receive gets
     its bytes at the end, and neither host counts a reset."""
-    rendezvous_with(peer)
-    before, pbefore = stats(), stats(peer)
-    port = APP_PORT + 8
-    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
-    try:
-        assert srv.readline() == "ready"
-        out = subprocess.run([SDRUN, sys.executable, "-c", TWO_WAITS, peer.remote,
-                              str(port)], capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    finally:
-        srv.kill()
-    assert_rdma_without_resets(peer, before, pbefore, 2)
+    client_of_echo(peer, APP_PORT + 8, TWO_WAITS, n=2)
 
 
 SPIN_PINGPONG = """
@@ -566,6 +563,69 @@ def test_many_connections_share_one_completion_queue(peer, settings, tmp_path):
     assert_rdma_without_resets(peer, before, pbefore, n)
 
 
+DIRECT_MIX = """
+import random, socket, sys, threading
+host, port = sys.argv[1], int(sys.argv[2])
+rng = random.Random(7)
+c = socket.create_connection((host, port))
+def echo(msg):
+    c.sendall(msg)
+    got = b""
+    while len(got) < len(msg):
+        d = c.recv(len(msg) - len(got))
+        assert d, "EOF in the ping-pong"
+        got += d
+    assert got == msg, "an echo differs"
+# Ping-pong: every send finds the link idle and the ring empty.
+for i in range(300):
+    echo(rng.randbytes(rng.randint(1, 4096)))
+# A burst read back by a second thread: small sends behind large ones and
+# behind each other, with writes in flight when most of them come.
+msgs = [rng.randbytes(rng.choice((rng.randint(1, 512), rng.randint(4097, 20000))))
+        for _ in range(400)]
+want = b"".join(msgs)
+got = bytearray()
+def reader():
+    while len(got) < len(want):
+        d = c.recv(65536)
+        if not d:
+            break
+        got.extend(d)
+t = threading.Thread(target=reader)
+t.start()
+for m in msgs:
+    c.sendall(m)
+t.join(300)
+assert bytes(got) == want, f"the burst came back as {len(got)} bytes, not as sent"
+echo(b"end")
+c.close()
+print("ok")
+"""
+
+
+def rdma_writes(trace):
+    """SD_SHIM_TRACE's rdma_writes line: (writes of data that skipped the
+    send ring, writes from it) of the one process that wrote one."""
+    lines = [ln.split() for ln in trace.splitlines()
+             if ln.split()[1:2] == ["rdma_writes"]]
+    assert len(lines) == 1, trace
+    return int(lines[0][2]), int(lines[0][3])
+
+
+def test_idle_sends_skip_the_ring(peer, settings, tmp_path):
+    """A send of at most 4 KiB on an idle RDMA link whose send ring is
+    empty goes from the program's buffer into the mirror and out, the
+    others by the ring: a ping-pong of 300 messages of 1 to 4,096 bytes,
+    then a burst of 400 small and large sends (up to 20,000 bytes) read
+    back by a second thread, every byte checked.  Most of the ping-pong's
+    sends skipped the ring and the burst's large ones went by it
+    (SD_SHIM_TRACE's rdma_writes line), and neither host counts a
+    reset."""
+    trace = tmp_path / "client.trace"
+    client_of_echo(peer, APP_PORT + 13, DIRECT_MIX, env={"SD_SHIM_TRACE": str(trace)})
+    direct, ring = rdma_writes(trace.read_text())
+    assert direct >= 150 and ring >= 1, (direct, ring)
+
 REUSED = """
 import os, socket, sys, threading, time
 host, port = sys.argv[1], int(sys.argv[2])
@@ -609,18 +669,7 @@ def test_a_closed_connections_number_is_the_next_sockets_own(peer, settings):
     the local connection's now, not the bridge's (a send on it once
     skipped the wake-up, the bridge having nothing to do).  The RDMA
     connection ends cleanly when the child goes."""
-    rendezvous_with(peer)
-    before, pbefore = stats(), stats(peer)
-    port = APP_PORT + 9
-    srv = peer.spawn([SDRUN, sys.executable, ECHO, "", str(port)])
-    try:
-        assert srv.readline() == "ready"
-        out = subprocess.run([SDRUN, sys.executable, "-c", REUSED, peer.remote,
-                              str(port)], capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
-    finally:
-        srv.kill()
-    assert_rdma_without_resets(peer, before, pbefore, 1)
+    client_of_echo(peer, APP_PORT + 9, REUSED, timeout=300)
 
 
 SINK_SUM = """
