@@ -671,13 +671,21 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	Backoff backoff;
 	int rearm = 0;
 	bool reset = false, kernel_ready = false, owned = true, waited = false, slept = false;
-	bool brief = false;
+	bool brief = false, direct = false;
 	int werr = 0;
 	ssize_t n;
 	RdmaSpinning spinning;
+	const std::span<const iovec> to(iov, static_cast<size_t>(iovcnt));
 
 	for (;;) {
-		n = q.read(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
+		n = q.read(to);
+		// What landed for an RDMA connection while this thread waited
+		// comes straight from the landing area (sd_rdma_recv()).
+		if (n == -EAGAIN && direct && sd_rdma_left()) {
+			n = sd_rdma_recv(fd, iov, iovcnt, want, q);
+			if (!n)
+				n = q.read(to);
+		}
 		if (n == -EXDEV) [[unlikely]] {
 			n = recv_zc(fd, s, iov, iovcnt, want);
 			reset = n == -ECONNRESET;
@@ -706,8 +714,12 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 				continue;
 			break;
 		}
-		if (!waited) {
-			// The wait begins: a brief one, or a spin in full.
+		if (!waited && rdma_links.load(std::memory_order_relaxed)) {
+			// The wait begins: a brief one, or a spin in full.  What
+			// lands meanwhile is this receive's to take, unless
+			// O_ASYNC wants the kernel to see every arrival.
+			direct = !c->async.load(std::memory_order_relaxed) &&
+				 sd_rdma_receiving(fd);
 			WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
 			if (log.misses >= RDMA_BRIEF_AFTER) {
 				brief = log.begin();
@@ -727,6 +739,9 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		backoff = Backoff();
 		backoff.brief = brief;
 	}
+	// What was left for this receive and it did not take: into the ring.
+	if (direct)
+		sd_rdma_received(fd);
 	if (!owned) {
 		unlock_side(s, locked);
 		return false;	/* the kernel's path, as the side is its */

@@ -58,6 +58,10 @@
 
 #include "shim.hpp"
 
+namespace sd {
+class Consumer;
+}
+
 #define SD_HOOK_PARAMS_(ret, ...) __VA_ARGS__ __VA_OPT__(, ) ret *result
 // The parameters of a hook: PARAMS..., RET *result.
 #define SD_HOOK_PARAMS(ret, params) SD_HOOK_PARAMS_(ret, SD_ARGS params)
@@ -102,6 +106,17 @@ void sd_rdma_push(int fd) noexcept;
 // out, skipping the send ring, when the link is idle and the ring empty:
 // true if it went (rdma.cpp).
 bool sd_rdma_send(int fd, const struct iovec *iov, int iovcnt, size_t want) noexcept;
+// A blocking receive on fd waits for data (true if fd is an RDMA
+// connection): the thread's own share of the bridge's work leaves what
+// lands for fd in the landing area until sd_rdma_received(fd), and
+// sd_rdma_left() says when it did; sd_rdma_recv() then takes it straight
+// into iov, if the receive ring q, which the receive owns, is empty: the
+// bytes taken, 0 to read the ring instead (rdma.cpp).
+bool sd_rdma_receiving(int fd) noexcept;
+bool sd_rdma_left() noexcept;
+ssize_t sd_rdma_recv(int fd, const struct iovec *iov, int iovcnt, size_t want,
+		     sd::Consumer &q) noexcept;
+void sd_rdma_received(int fd) noexcept;
 // A blocking receive on fd that would sleep: 0 if fd is not an RDMA
 // connection, 1 to look again, 2 when the socket has something, -1 with
 // errno to fail with (rdma.cpp).

@@ -210,6 +210,10 @@ struct Hub {
 	// (sd_rdma_send()), those from it (pump()).  Counted under lock
 	// (count()), read without.
 	std::atomic<std::uint64_t> direct_writes{0}, ring_writes{0};
+	// And the receives that took landed bytes straight into the
+	// program's buffers (sd_rdma_recv()), and the landings into a
+	// receive ring (land()).
+	std::atomic<std::uint64_t> direct_reads{0}, ring_landings{0};
 	int ev = -1;			// the module's kicks and ours
 	bool thread = false;
 	// A child's copies of its parent's connections: the socket's
@@ -255,6 +259,17 @@ constinit Hub hub;
 // a stale entry only makes it help another of this process's links.
 std::atomic<std::uint16_t> link_of[fast::MAX_CONNS];
 unsigned top = 0;		// slots in use are below it (under hub.lock)
+
+// The connection whose blocking receive this thread is in, while it
+// waits for data (sd_rdma_receiving()): this thread's own help leaves
+// what lands for it in the landing area (left), for the receive to take
+// into the program's buffers itself (sd_rdma_recv()).  Other threads, the
+// bridge's among them, land it in the ring as ever.
+struct Receiving {
+	int fd = -1;
+	bool left = false;
+};
+constinit thread_local Receiving receiving __attribute__((tls_model("initial-exec")));
 
 // A work request's id: the link's slot (bits 0-31) and generation (32-61),
 // and what it is: a receive (bit 62), a write of data (bit 63).
@@ -1003,6 +1018,8 @@ bool land(Link *l) noexcept
 		}
 		l->copied += static_cast<std::uint64_t>(w);
 	}
+	if (l->copied != from)
+		count(hub.ring_landings);
 	if (l->prod().take_wake())
 		op(l, SD_RDMA_OP_DATA);
 	if ((l->copied != l->credited || l->credit_now) && credit_due(l) &&
@@ -1491,7 +1508,8 @@ void take_events() noexcept
 // while the process exits (the thread's leaving protocol).  The thread
 // still does everything else, and all of this when no program thread
 // calls.  Not full: the links only if a completion came.  Returns
-// whether bytes landed in a receive ring.  Under hub.lock.
+// whether bytes landed in a receive ring, or were left for this thread's
+// receive (Receiving).  Under hub.lock.
 bool help_locked(Link *only, bool full = true) noexcept
 {
 	bool landed = false;
@@ -1505,6 +1523,13 @@ bool help_locked(Link *only, bool full = true) noexcept
 		if (!l || (only && l != only) || !l->started || l->state != State::RUN ||
 		    l->failed)
 			continue;
+		// This thread's receive takes these itself (sd_rdma_recv()):
+		// as good as landed, for a caller about to sleep.
+		if (l->sfd == receiving.fd && l->copied < l->arrived && !l->peer_fin) {
+			receiving.left = landed = true;
+			pump(l);
+			continue;
+		}
 		landed |= land(l);
 		pump(l);
 	}
@@ -2216,6 +2241,43 @@ void bridge_up(int fd, Link *l) noexcept
 	pthread_mutex_unlock(&hub.lock);
 }
 
+// Link l's landed bytes, from l->copied on, into iov (want bytes at most,
+// as many as landed): how many.  Under hub.lock.
+std::size_t take_landed(Link *l, const struct iovec *iov, int iovcnt, std::size_t want) noexcept
+{
+	std::size_t got = 0;
+	const std::size_t n = std::min<std::uint64_t>(want, l->arrived - l->copied);
+
+	for (int i = 0; i < iovcnt && got < n; i++) {
+		unsigned char *to = static_cast<unsigned char *>(iov[i].iov_base);
+		std::size_t room = std::min(iov[i].iov_len, n - got);
+		while (room) {
+			const std::uint64_t off = (l->copied + got) % LAND_SIZE;
+			const std::size_t k = std::min<std::uint64_t>(room, LAND_SIZE - off);
+			memcpy(to, l->landing + off, k);
+			to += k;
+			room -= k;
+			got += k;
+		}
+	}
+	l->copied += got;
+	return got;
+}
+
+// The running link made from socket descriptor fd, nullptr for none or
+// while the process exits (the thread's leaving protocol lands its
+// bytes).  Under hub.lock.
+Link *running_link(int fd) noexcept
+{
+	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+	Link *l = slot ? hub.slots[slot - 1] : nullptr;
+
+	if (!l || l->sfd != fd || !l->started || l->state != State::RUN || l->failed ||
+	    hub.exiting.load(std::memory_order_relaxed))
+		return nullptr;
+	return l;
+}
+
 } // namespace
 
 // ---- the hooks -------------------------------------------------------------
@@ -2227,8 +2289,11 @@ int sd_rdma_trace(char *buf, std::size_t len) noexcept
 		return 0;
 	const unsigned long long direct = hub.direct_writes.load(std::memory_order_relaxed);
 	const unsigned long long ring = hub.ring_writes.load(std::memory_order_relaxed);
-	return snprintf(buf, len, "%d rdma_cqs %u %u\n%d rdma_writes %llu %llu\n", getpid(), n,
-			hub.links_peak.load(std::memory_order_relaxed), getpid(), direct, ring);
+	const unsigned long long rdirect = hub.direct_reads.load(std::memory_order_relaxed);
+	const unsigned long long landed = hub.ring_landings.load(std::memory_order_relaxed);
+	return snprintf(buf, len, "%d rdma_cqs %u %u\n%d rdma_writes %llu %llu\n%d rdma_reads %llu %llu\n",
+			getpid(), n, hub.links_peak.load(std::memory_order_relaxed), getpid(),
+			direct, ring, getpid(), rdirect, landed);
 }
 
 // A program thread spins, waiting (fast::Backoff): it polls the
@@ -2433,6 +2498,70 @@ bool sd_rdma_send(int fd, const struct iovec *iov, int iovcnt, std::size_t want)
 		count(hub.direct_writes);
 		return true;
 	});
+}
+
+// A blocking receive on fd begins to wait for data: if fd is an RDMA
+// connection of ours, this thread's help leaves what lands for it to the
+// receive (Receiving, sd_rdma_recv()) until sd_rdma_received().  Whether
+// it is one.
+bool sd_rdma_receiving(int fd) noexcept
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= fast::MAX_CONNS ||
+	    !link_of[fd].load(std::memory_order_relaxed))
+		return false;
+	receiving = {fd, false};
+	return true;
+}
+
+// Whether this thread's help left bytes for its receive since its last
+// look (sd_rdma_recv()).
+bool sd_rdma_left() noexcept
+{
+	return receiving.left;
+}
+
+// The receive on fd (sd_rdma_receiving()) owns its receive ring q and
+// found it empty, and this thread's help left bytes for it: they go from
+// the landing area straight into iov (at most want bytes), one copy
+// instead of two, and the rest into the ring behind them, with the credit
+// and the end of the stream as land() gives them.  Returns the bytes
+// taken, 0 when the ring must be read instead (it holds bytes another
+// thread landed first; anything else: land() put them there).
+ssize_t sd_rdma_recv(int fd, const struct iovec *iov, int iovcnt, std::size_t want,
+		     sd::Consumer &q) noexcept
+{
+	std::size_t got = 0;
+
+	receiving.left = false;
+	pthread_mutex_lock(&hub.lock);
+	const int saved = errno;
+	if (Link *l = running_link(fd)) {
+		if (l->copied < l->arrived && !sock_closed(l) && q.readable() == 0) {
+			got = take_landed(l, iov, iovcnt, want);
+			count(hub.direct_reads);
+		}
+		land(l);
+	}
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
+	return static_cast<ssize_t>(got);
+}
+
+// The receive on fd ends (sd_rdma_receiving()): what this thread's help
+// left for it and it did not take goes into the ring now.
+void sd_rdma_received(int fd) noexcept
+{
+	const bool left = receiving.left;
+
+	receiving = {};
+	if (!left)
+		return;
+	pthread_mutex_lock(&hub.lock);
+	const int saved = errno;
+	if (Link *l = running_link(fd))
+		land(l);
+	errno = saved;
+	pthread_mutex_unlock(&hub.lock);
 }
 
 // exec, in all its forms: the shim makes the call (hooks.hpp).

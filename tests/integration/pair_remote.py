@@ -603,28 +603,36 @@ print("ok")
 """
 
 
-def rdma_writes(trace):
-    """SD_SHIM_TRACE's rdma_writes line: (writes of data that skipped the
-    send ring, writes from it) of the one process that wrote one."""
+def rdma_counts(trace, what):
+    """SD_SHIM_TRACE's line `what` (rdma_writes: writes of data that
+    skipped the send ring, writes from it; rdma_reads: receives that took
+    landed bytes straight, landings into the receive ring) of the one
+    process that wrote one."""
     lines = [ln.split() for ln in trace.splitlines()
-             if ln.split()[1:2] == ["rdma_writes"]]
+             if ln.split()[1:2] == [what]]
     assert len(lines) == 1, trace
     return int(lines[0][2]), int(lines[0][3])
 
 
-def test_idle_sends_skip_the_ring(peer, settings, tmp_path):
+def test_idle_sends_and_waiting_receives_skip_the_ring(peer, settings, tmp_path):
     """A send of at most 4 KiB on an idle RDMA link whose send ring is
     empty goes from the program's buffer into the mirror and out, the
-    others by the ring: a ping-pong of 300 messages of 1 to 4,096 bytes,
-    then a burst of 400 small and large sends (up to 20,000 bytes) read
-    back by a second thread, every byte checked.  Most of the ping-pong's
-    sends skipped the ring and the burst's large ones went by it
-    (SD_SHIM_TRACE's rdma_writes line), and neither host counts a
-    reset."""
+    others by the ring; a blocking receive that waited takes what landed
+    for it straight from the landing area, the rest going into the ring
+    behind it.  A ping-pong of 300 messages of 1 to 4,096 bytes, read
+    back in pieces of the size still missing, then a burst of 400 small
+    and large sends (up to 20,000 bytes) read back by a second thread,
+    every byte checked.  Most of the ping-pong's sends skipped the send
+    ring and the burst's large ones went by it; most of its receives took
+    their bytes straight, and the burst's echo landed in the receive ring
+    too (SD_SHIM_TRACE's rdma_writes and rdma_reads lines); neither host
+    counts a reset."""
     trace = tmp_path / "client.trace"
     client_of_echo(peer, APP_PORT + 13, DIRECT_MIX, env={"SD_SHIM_TRACE": str(trace)})
-    direct, ring = rdma_writes(trace.read_text())
+    direct, ring = rdma_counts(trace.read_text(), "rdma_writes")
     assert direct >= 150 and ring >= 1, (direct, ring)
+    direct, landed = rdma_counts(trace.read_text(), "rdma_reads")
+    assert direct >= 150 and landed >= 1, (direct, landed)
 
 REUSED = """
 import os, socket, sys, threading, time
