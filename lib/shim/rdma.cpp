@@ -1525,7 +1525,8 @@ bool help_locked(Link *only, bool full = true) noexcept
 			continue;
 		// This thread's receive takes these itself (sd_rdma_recv()):
 		// as good as landed, for a caller about to sleep.
-		if (l->sfd == receiving.fd && l->copied < l->arrived && !l->peer_fin) {
+		if (receiving.fd >= 0 && l->sfd == receiving.fd && l->copied < l->arrived &&
+		    !l->peer_fin) {
 			receiving.left = landed = true;
 			pump(l);
 			continue;
@@ -1534,6 +1535,20 @@ bool help_locked(Link *only, bool full = true) noexcept
 		pump(l);
 	}
 	return landed;
+}
+
+// The running link made from socket descriptor fd, nullptr for none or
+// while the process exits (the thread's leaving protocol lands its
+// bytes).  Under hub.lock.
+Link *running_link(int fd) noexcept
+{
+	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
+	Link *l = slot ? hub.slots[slot - 1] : nullptr;
+
+	if (!l || l->sfd != fd || !l->started || l->state != State::RUN || l->failed ||
+	    hub.exiting.load(std::memory_order_relaxed))
+		return nullptr;
+	return l;
 }
 
 // A program thread is about to sleep on the completion channel (and on
@@ -1550,13 +1565,8 @@ int before_sleep(int fd) noexcept
 
 	pthread_mutex_lock(&hub.lock);
 	Link *only = nullptr;
-	if (fd >= 0) {
-		const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
-		only = slot ? hub.slots[slot - 1] : nullptr;
-		if (!only || only->sfd != fd || !only->started || only->state != State::RUN ||
-		    only->failed)
-			goto out;
-	}
+	if (fd >= 0 && !(only = running_link(fd)))
+		goto out;
 	if (hub.chan && !hub.exiting.load(std::memory_order_relaxed)) {
 		// The event that ended this thread's last sleep, taken now
 		// that the sleep to come needs the channel quiet.
@@ -2262,20 +2272,6 @@ std::size_t take_landed(Link *l, const struct iovec *iov, int iovcnt, std::size_
 	}
 	l->copied += got;
 	return got;
-}
-
-// The running link made from socket descriptor fd, nullptr for none or
-// while the process exits (the thread's leaving protocol lands its
-// bytes).  Under hub.lock.
-Link *running_link(int fd) noexcept
-{
-	const unsigned slot = link_of[fd].load(std::memory_order_relaxed);
-	Link *l = slot ? hub.slots[slot - 1] : nullptr;
-
-	if (!l || l->sfd != fd || !l->started || l->state != State::RUN || l->failed ||
-	    hub.exiting.load(std::memory_order_relaxed))
-		return nullptr;
-	return l;
 }
 
 } // namespace
