@@ -934,14 +934,21 @@ void completion(Link *l, const ibv_wc &wc) noexcept
 		fail(l);
 }
 
+constexpr int POLL_BATCH = 32;
+
 // Under hub.lock.
 bool poll_cqs() noexcept
 {
 	bool any = false;
 	for (unsigned c = 0; c < MAX_CQS && hub.cq[c]; c++) {
-		ibv_wc wc[32];
+		ibv_wc wc[POLL_BATCH];
 		int n;
-		while ((n = ibv_poll_cq(hub.cq[c], 32, wc)) > 0) {
+		// A short batch means the queue was empty: no second poll
+		// to find that out again.
+		do {
+			n = ibv_poll_cq(hub.cq[c], POLL_BATCH, wc);
+			if (n <= 0)
+				break;
 			any = true;
 			for (int i = 0; i < n; i++) {
 				const unsigned slot = static_cast<std::uint32_t>(wc[i].wr_id);
@@ -954,7 +961,7 @@ bool poll_cqs() noexcept
 				if (l && (l->gen & GEN_MASK) == gen)
 					completion(l, wc[i]);
 			}
-		}
+		} while (n == POLL_BATCH);
 	}
 	return any;
 }
