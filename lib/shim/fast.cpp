@@ -34,6 +34,7 @@ namespace sd::shim::fast {
 
 std::atomic<Conn *> conns[MAX_CONNS];
 std::int64_t spin_ns = SPIN_NS;
+bool spin_given = false;
 std::atomic<unsigned> rdma_links{0};
 
 namespace {
@@ -838,6 +839,7 @@ void read_spin()
 		return;
 	}
 	spin_ns = us * 1000;
+	spin_given = true;
 }
 
 [[gnu::constructor]] void fast_init()

@@ -26,6 +26,7 @@ namespace sd::shim::fast {
 constexpr std::int64_t SPIN_NS = 200'000;
 constexpr std::int64_t SPIN_US_MAX = 10'000'000;
 extern std::int64_t spin_ns;
+extern bool spin_given;		// SD_SPIN_US set it: no longer spins (waitlog.hpp)
 // Connections of this process that its RDMA bridge carries (rdma.cpp).
 extern std::atomic<unsigned> rdma_links;
 constexpr int YIELDS = 8;
@@ -112,6 +113,7 @@ inline std::int64_t coarse_ns()
 // Spin, then yield, then give up (the caller goes to the kernel).
 struct Backoff {
 	std::int64_t deadline = 0;
+	std::int64_t began = 0;		// the first look at the clock
 	int yields = 0;
 	std::uint64_t n = 0;
 	std::uint64_t look = 64;	// the turn of the next look at the clock
@@ -160,10 +162,17 @@ struct Backoff {
 			return true;
 		look = n + std::min<std::uint64_t>(n, 1U << 16);
 		std::int64_t t = now_ns();
-		if (!deadline)
-			deadline = t + spin_ns;
+		const bool rdma = rdma_links.load(std::memory_order_relaxed);
+		if (!deadline) {
+			began = t;
+			deadline = t + (rdma && !spin_given ? rdma_spin_ns(spin_ns, ::sd_rdma_rtt())
+							    : spin_ns);
+		}
 		if (t < deadline)
 			return true;
+		// Ran out: a write in flight all along took longer than that.
+		if (rdma && !spin_given)
+			::sd_rdma_spun(t, t - began);
 		yields = 1;
 		sched_yield();
 		return true;

@@ -93,6 +93,10 @@ void sd_rdma_spin(bool full) noexcept;
 // A program thread spins for data of an RDMA connection (on), or stopped
 // (off): the bridge thread leaves the completion channel to it meanwhile.
 void sd_rdma_spinning(bool on) noexcept;
+// The links' round trip as spinning threads saw it (ns, 0: not yet), and
+// a spin's end with a timed write still in flight (waitlog.hpp).
+std::int64_t sd_rdma_rtt() noexcept;
+void sd_rdma_spun(std::int64_t now, std::int64_t spun) noexcept;
 // SD_SHIM_TRACE's line about the bridge ("PID rdma_cqs QUEUES PEAK": the
 // completion queues it made, the most connections it carried at once)
 // into buf: its length, 0 if the process made no RDMA connection.

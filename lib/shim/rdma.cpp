@@ -214,6 +214,12 @@ struct Hub {
 	// program's buffers (sd_rdma_recv()), and the landings into a
 	// receive ring (land()).
 	std::atomic<std::uint64_t> direct_reads{0}, ring_landings{0};
+	// The links' round trip (ns, 0: not yet; sd_rdma_rtt()), and the
+	// post of the write being timed (0: none; time_write()).  Written
+	// under lock by the completions, and without by a spin that ran out
+	// (sd_rdma_spun()): a guess either way, so plain loads and stores.
+	std::atomic<std::int64_t> rtt{0}, timed_at{0};
+	unsigned timed_skip = 0;	// writes not timed (under lock)
 	int ev = -1;			// the module's kicks and ours
 	bool thread = false;
 	// A child's copies of its parent's connections: the socket's
@@ -271,11 +277,17 @@ struct Receiving {
 };
 constinit thread_local Receiving receiving __attribute__((tls_model("initial-exec")));
 
-// A work request's id: the link's slot (bits 0-31) and generation (32-61),
-// and what it is: a receive (bit 62), a write of data (bit 63).
+// This thread spins for data (sd_rdma_spinning()): a completion it polls
+// came within a turn of its spin, so a timed write's is a round trip.
+constinit thread_local bool spinner __attribute__((tls_model("initial-exec")));
+
+// A work request's id: the link's slot (bits 0-31) and generation (32-60),
+// and what it is: a timed write (bit 61, time_write()), a receive (bit
+// 62), a write of data (bit 63).
+constexpr std::uint64_t WR_TIMED = 1ULL << 61;
 constexpr std::uint64_t WR_RECV = 1ULL << 62;
 constexpr std::uint64_t WR_DATA = 1ULL << 63;
-constexpr std::uint32_t GEN_MASK = 0x3fffffff;
+constexpr std::uint32_t GEN_MASK = 0x1fffffff;
 
 // One more in a counter that only holders of hub.lock change: no locked
 // instruction (dearer than the plain ones under TCG) on a write's path.
@@ -859,6 +871,37 @@ void fail(Link *l) noexcept
 	op(l, SD_RDMA_OP_RESET);
 }
 
+// A write of data is timed when none is (sd_rdma_rtt()): a look at the
+// clock for each (where the clock is not the TSC, a system call).  One
+// whose completion never came (its link went) is given up after
+// TIMED_STALE_NS, looked at every STALE_LOOK_EVERY writes.  Under
+// hub.lock.
+constexpr std::int64_t TIMED_STALE_NS = 1'000'000'000;
+constexpr unsigned STALE_LOOK_EVERY = 64;
+
+bool time_write() noexcept
+{
+	const std::int64_t at = hub.timed_at.load(std::memory_order_relaxed);
+
+	if (at && (++hub.timed_skip % STALE_LOOK_EVERY || fast::now_ns() - at < TIMED_STALE_NS))
+		return false;
+	hub.timed_at.store(fast::now_ns(), std::memory_order_relaxed);
+	return true;
+}
+
+// A timed write completed: a round trip if a spinning thread found it.
+// Under hub.lock.
+void timed_done() noexcept
+{
+	const std::int64_t at = hub.timed_at.load(std::memory_order_relaxed);
+
+	hub.timed_at.store(0, std::memory_order_relaxed);
+	if (!at || !spinner)
+		return;
+	const std::int64_t rtt = hub.rtt.load(std::memory_order_relaxed);
+	hub.rtt.store(fast::rtt_sample(rtt, fast::now_ns() - at), std::memory_order_relaxed);
+}
+
 void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remote,
 	       std::uint32_t rkey, std::uint32_t imm) noexcept
 {
@@ -868,7 +911,7 @@ void write_imm(Link *l, const void *local, std::uint32_t len, std::uint64_t remo
 	sge.lkey = l->lmr->lkey;
 	ibv_send_wr wr = {}, *bad = nullptr;
 	const bool data = len && imm == len;
-	wr.wr_id = wr_id(*l) | (data ? WR_DATA : 0);
+	wr.wr_id = wr_id(*l) | (data ? WR_DATA : 0) | (data && time_write() ? WR_TIMED : 0);
 	wr.sg_list = len ? &sge : nullptr;
 	wr.num_sge = len ? 1 : 0;
 	wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
@@ -952,6 +995,8 @@ bool poll_cqs() noexcept
 			any = true;
 			for (int i = 0; i < n; i++) {
 				const unsigned slot = static_cast<std::uint32_t>(wc[i].wr_id);
+				if (wc[i].wr_id & WR_TIMED)
+					timed_done();
 				const std::uint32_t gen =
 					static_cast<std::uint32_t>(wc[i].wr_id >> 32) & GEN_MASK;
 				if (slot >= MAX_LINKS)
@@ -2294,9 +2339,13 @@ int sd_rdma_trace(char *buf, std::size_t len) noexcept
 	const unsigned long long ring = hub.ring_writes.load(std::memory_order_relaxed);
 	const unsigned long long rdirect = hub.direct_reads.load(std::memory_order_relaxed);
 	const unsigned long long landed = hub.ring_landings.load(std::memory_order_relaxed);
-	return snprintf(buf, len, "%d rdma_cqs %u %u\n%d rdma_writes %llu %llu\n%d rdma_reads %llu %llu\n",
+	const long long rtt = hub.rtt.load(std::memory_order_relaxed);
+	const long long spin = fast::spin_given ? fast::spin_ns : fast::rdma_spin_ns(fast::spin_ns, rtt);
+	return snprintf(buf, len,
+			"%d rdma_cqs %u %u\n%d rdma_writes %llu %llu\n%d rdma_reads %llu %llu\n"
+			"%d rdma_spin %lld %lld\n",
 			getpid(), n, hub.links_peak.load(std::memory_order_relaxed), getpid(),
-			direct, ring, getpid(), rdirect, landed);
+			direct, ring, getpid(), rdirect, landed, getpid(), rtt / 1000, spin / 1000);
 }
 
 // A program thread spins, waiting (fast::Backoff): it polls the
@@ -2323,6 +2372,7 @@ void sd_rdma_spin(bool full) noexcept
 // it when the data comes.
 void sd_rdma_spinning(bool on) noexcept
 {
+	spinner = on;
 	if (on) {
 		hub.spinners.fetch_add(1, std::memory_order_relaxed);
 		hub.waiters.fetch_add(1, std::memory_order_relaxed);
@@ -2766,4 +2816,25 @@ bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *re
 	}
 	errno = err;
 	return true;
+}
+
+// How long the links' writes take to complete, as threads that spun saw
+// it (Hub::rtt): fast::Backoff spins for a few of them where that is
+// longer than its default.
+std::int64_t sd_rdma_rtt() noexcept
+{
+	return hub.rtt.load(std::memory_order_relaxed);
+}
+
+// A thread's spin of spun ran out at now.  A timed write posted before
+// now and not complete yet says the round trip is longer than what it
+// waited (fast::rtt_floor()).
+void sd_rdma_spun(std::int64_t now, std::int64_t spun) noexcept
+{
+	const std::int64_t at = hub.timed_at.load(std::memory_order_relaxed);
+
+	if (!at || at > now)
+		return;
+	const std::int64_t rtt = hub.rtt.load(std::memory_order_relaxed);
+	hub.rtt.store(fast::rtt_floor(rtt, now - at, spun), std::memory_order_relaxed);
 }

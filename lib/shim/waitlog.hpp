@@ -4,6 +4,7 @@
 // (fast.cpp, ready.cpp; Documentation/libsd.rst, "What goes fast").
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -77,5 +78,43 @@ struct WaitLog {
 	}
 };
 static_assert(std::atomic<WaitLog>::is_always_lock_free);
+
+// How long a wait spins in a process with RDMA connections, unless
+// SD_SPIN_US says: the default spin, or RDMA_SPIN_RTTS of the links'
+// round trips where that is longer, up to RDMA_SPIN_MAX_NS.  The round
+// trip is a write's, from its post to its completion (the peer's
+// acknowledgement, which no program on the peer's side has to make), as
+// spinning threads saw it: a few microseconds on RDMA hardware, where
+// the default spin covers a reply many times over, and hundreds between
+// the test hosts, where a reply comes after the default spin ends and
+// every wait slept (Documentation/libsd.rst).
+constexpr std::int64_t RDMA_SPIN_RTTS = 4;
+constexpr std::int64_t RDMA_SPIN_MAX_NS = 2'000'000;
+
+inline std::int64_t rdma_spin_ns(std::int64_t spin, std::int64_t rtt)
+{
+	return std::max(spin, std::min(RDMA_SPIN_MAX_NS, rtt * RDMA_SPIN_RTTS));
+}
+
+// The links' round trip after a timed write's completion came s after
+// its post, found by a thread that spun: a quarter of the way to it, or
+// s itself for the first.  Bounded: what is above the longest spin's
+// share changes nothing.
+inline std::int64_t rtt_sample(std::int64_t rtt, std::int64_t s)
+{
+	constexpr std::int64_t top = RDMA_SPIN_MAX_NS / RDMA_SPIN_RTTS;
+	s = std::clamp<std::int64_t>(s, 0, top);
+	return rtt > 0 ? rtt + (s - rtt) / 4 : s;
+}
+
+// A spin of spun ran out while the timed write posted since ago was in
+// flight: the round trip is longer than since, so the next spin is
+// longer, but at most twice this one's (a write whose completion no one
+// looked for a while is not a round trip).
+inline std::int64_t rtt_floor(std::int64_t rtt, std::int64_t since, std::int64_t spun)
+{
+	constexpr std::int64_t top = RDMA_SPIN_MAX_NS / RDMA_SPIN_RTTS;
+	return std::max(rtt, std::clamp<std::int64_t>(std::min(since, 2 * spun), 0, top));
+}
 
 } // namespace sd::shim::fast

@@ -606,8 +606,9 @@ print("ok")
 def rdma_counts(trace, what):
     """SD_SHIM_TRACE's line `what` (rdma_writes: writes of data that
     skipped the send ring, writes from it; rdma_reads: receives that took
-    landed bytes straight, landings into the receive ring) of the one
-    process that wrote one."""
+    landed bytes straight, landings into the receive ring; rdma_spin: the
+    links' round trip and the spin it makes, µs) of the one process that
+    wrote one."""
     lines = [ln.split() for ln in trace.splitlines()
              if ln.split()[1:2] == [what]]
     assert len(lines) == 1, trace
@@ -633,6 +634,30 @@ def test_idle_sends_and_waiting_receives_skip_the_ring(peer, settings, tmp_path)
     assert direct >= 150 and ring >= 1, (direct, ring)
     direct, landed = rdma_counts(trace.read_text(), "rdma_reads")
     assert direct >= 150 and landed >= 1, (direct, landed)
+
+def test_a_wait_spins_for_a_few_of_the_links_round_trips(peer, settings, tmp_path):
+    """A process with RDMA connections times a write of data whenever
+    none is being timed, from its post to its completion when a spinning
+    thread finds it (or longer than a spin that ran out), and
+    its waits spin for four of those round trips where that is longer than
+    the default 200 µs, up to 2 ms (Documentation/libsd.rst); SD_SPIN_US
+    fixes the spin instead.  A ping-pong of 300 messages, every byte
+    checked: SD_SHIM_TRACE's rdma_spin line has a round trip measured and
+    the spin that follows from it, and with SD_SPIN_US=300 a spin of
+    300 µs whatever the round trip."""
+    for port, env in ((APP_PORT + 20, {}), (APP_PORT + 21, {"SD_SPIN_US": "300"})):
+        trace = tmp_path / f"client-{port}.trace"
+        client_of_echo(peer, port, SPIN_PINGPONG, args=("300", "recv", "0"),
+                       env={"SD_SHIM_TRACE": str(trace), **env})
+        rtt, spin = rdma_counts(trace.read_text(), "rdma_spin")
+        assert 0 < rtt <= 500, (rtt, spin)
+        if env:
+            assert spin == 300, (rtt, spin)
+        else:
+            # Both in whole µs, rounded down from ns.
+            assert max(200, min(2000, 4 * rtt)) <= spin <= max(200, min(2000, 4 * rtt + 3)), \
+                (rtt, spin)
+
 
 REUSED = """
 import os, socket, sys, threading, time
