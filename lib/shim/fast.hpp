@@ -171,7 +171,7 @@ struct Backoff {
 		if (t < deadline)
 			return true;
 		// Ran out: a write in flight all along took longer than that.
-		if (rdma && !spin_given)
+		if (rdma)
 			::sd_rdma_spun(t, t - began);
 		yields = 1;
 		sched_yield();

@@ -644,16 +644,20 @@ def test_a_wait_spins_for_a_few_of_the_links_round_trips(peer, settings, tmp_pat
     fixes the spin instead.  A ping-pong of 300 messages, every byte
     checked: SD_SHIM_TRACE's rdma_spin line has a round trip measured and
     the spin that follows from it, and with SD_SPIN_US=300 a spin of
-    300 µs whatever the round trip."""
+    300 µs whatever the round trip (which a 300 µs spin may not have
+    seen: the ping-pong's waits stop spinning once 4 of them slept)."""
     for port, env in ((APP_PORT + 20, {}), (APP_PORT + 21, {"SD_SPIN_US": "300"})):
         trace = tmp_path / f"client-{port}.trace"
         client_of_echo(peer, port, SPIN_PINGPONG, args=("300", "recv", "0"),
                        env={"SD_SHIM_TRACE": str(trace), **env})
         rtt, spin = rdma_counts(trace.read_text(), "rdma_spin")
-        assert 0 < rtt <= 500, (rtt, spin)
+        assert 0 <= rtt <= 500, (rtt, spin)
         if env:
             assert spin == 300, (rtt, spin)
         else:
+            # The first waits spin in full: their spins found the timed
+            # write's completion, or ran out with it in flight.
+            assert rtt > 0, (rtt, spin)
             # Both in whole µs, rounded down from ns.
             assert max(200, min(2000, 4 * rtt)) <= spin <= max(200, min(2000, 4 * rtt + 3)), \
                 (rtt, spin)
