@@ -451,8 +451,10 @@ int sd_listen(struct socket *sock, int backlog)
 		release_sock(sk);
 		return tcp->ops->listen(tcp, tcp_backlog);
 	}
+	/* Not while a connect is in progress (SYN_SENT), as TCP's. */
 	err = -EINVAL;
-	if (sock->state != SS_UNCONNECTED || ss->conn)
+	if (sock->state != SS_UNCONNECTED || ss->conn ||
+	    (sk->sk_state != TCP_CLOSE && sk->sk_state != TCP_LISTEN))
 		goto out;
 	if (sk->sk_state == TCP_LISTEN) {
 		WRITE_ONCE(sk->sk_max_ack_backlog, backlog);
@@ -953,7 +955,8 @@ static struct sock *sd_child_new(struct net *net, struct sd_group *g,
  * Build a connection from @sk to the group @g: the server end, the rings,
  * and a place in a listener's queue.  Waits for room in a full backlog
  * unless @timeo is 0 (then -EAGAIN).  Called with @sk locked; the lock is
- * dropped while waiting.
+ * dropped while waiting, with the socket in TCP_SYN_SENT and SS_CONNECTING
+ * meanwhile.
  */
 static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 			     const struct sd_addr *dst, long *timeo)
@@ -964,6 +967,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	struct sd_net *sn = sd_net(net);
 	struct sd_conn *conn;
 	struct sock *child;
+	bool waited = false;
 	struct sd_addr srv;
 	int err;
 
@@ -996,12 +1000,39 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 		err = sock_intr_errno(*timeo);
 		if (signal_pending(current))
 			break;
+		/*
+		 * The lock goes while we wait: from here on the socket is
+		 * connecting, as a TCP socket in SYN_SENT, so that every
+		 * other call sees a connect in progress (listen and bind
+		 * EINVAL, connect EALREADY, poll nothing) and shutdown
+		 * aborts it.
+		 */
+		if (!waited) {
+			waited = true;
+			sd_set_state(sk, TCP_SYN_SENT);
+			sk->sk_socket->state = SS_CONNECTING;
+		}
 		release_sock(sk);
 		*timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, *timeo);
 		lock_sock(sk);
+		if (sk->sk_state != TCP_SYN_SENT) {
+			/* sd_shutdown() aborted it meanwhile. */
+			err = sock_error(sk) ? : -ECONNABORTED;
+			break;
+		}
 		err = -EAGAIN;
 	}
 	remove_wait_queue(&sn->backlog_wait, &wait);
+	if (waited) {
+		/*
+		 * The caller says connected, or not, and wakes the calls
+		 * that wait for this connect's end (sd_connect_wait()).
+		 */
+		sd_set_state(sk, TCP_CLOSE);
+		sk->sk_socket->state = SS_UNCONNECTED;
+		if (err)
+			sk->sk_state_change(sk);
+	}
 	if (!err) {
 		/* Lockless readers (mmap) load it with acquire. */
 		smp_store_release(&ss->conn, conn);
@@ -1397,6 +1428,29 @@ static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 	return err;
 }
 
+/*
+ * Wait, up to SO_SNDTIMEO, for another thread's connect that waits for
+ * backlog room (sd_conn_establish()) to end.  0 when it ended (or the time
+ * ran out), or the error of a signal.  Called with @sk locked.
+ */
+static int sd_connect_wait(struct sock *sk)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	long timeo = sock_sndtimeo(sk, false);
+	int err = 0;
+
+	add_wait_queue(sk_sleep(sk), &wait);
+	while (sk->sk_state == TCP_SYN_SENT && timeo) {
+		if (signal_pending(current)) {
+			err = sock_intr_errno(timeo);
+			break;
+		}
+		sk_wait_event(sk, &timeo, sk->sk_state != TCP_SYN_SENT, &wait);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	return err;
+}
+
 int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	       int flags)
 {
@@ -1437,9 +1491,20 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		err = -EISCONN;
 		goto out;
 	case SS_CONNECTING:
-		/* A non-blocking connect was told EINPROGRESS: report. */
+		/*
+		 * A connect of another thread is in progress (waiting for
+		 * backlog room, or a rendezvous), or a non-blocking connect
+		 * was told EINPROGRESS: report.
+		 */
 		if (ss->rdma_async) {
 			err = -EALREADY;
+			goto out;
+		}
+		/* As TCP's: a blocking one waits for the other's end. */
+		if (sk->sk_state == TCP_SYN_SENT && !nonblock)
+			err = sd_connect_wait(sk);
+		if (sk->sk_state == TCP_SYN_SENT) {
+			err = err ? : -EALREADY;
 		} else if (ss->conn && sk->sk_state != TCP_CLOSE) {
 			sock->state = SS_CONNECTED;
 			err = 0;
@@ -1577,6 +1642,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		goto refused;
 
 	sd_set_state(sk, TCP_ESTABLISHED);
+	/* Another thread's connect may wait for this one (sd_connect_wait). */
+	sk->sk_state_change(sk);
 	sd_stat_inc(net, SD_STAT_CONNECTS);
 connected:
 	if (nonblock) {

@@ -467,6 +467,9 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 	if (smp_load_acquire(&ss->rdma_async))
 		return 0;
 	state = sd_get_state(sk);
+	/* Another thread's connect waits (sd_conn_establish()): as TCP's. */
+	if (state == TCP_SYN_SENT)
+		return READ_ONCE(sk->sk_err) ? EPOLLERR : 0;
 	if (state == TCP_LISTEN)
 		return list_empty_careful(&ss->accept_list) &&
 		       !sd_tcp_accept_ready(sk) ? 0 : EPOLLIN | EPOLLRDNORM;
@@ -532,6 +535,18 @@ int sd_shutdown(struct socket *sock, int how)
 			tcp = sd_tcp_sock(sk);
 			return err > 0 ? tcp->ops->shutdown(tcp, how - 1) : err;
 		}
+	}
+	if (sk->sk_state == TCP_SYN_SENT) {
+		/*
+		 * Another thread's connect waits for backlog room
+		 * (sd_conn_establish()): abort it, as TCP's shutdown of a
+		 * SYN_SENT socket does.
+		 */
+		WRITE_ONCE(sk->sk_err, ECONNRESET);
+		sd_set_state(sk, TCP_CLOSE);
+		wake_up_interruptible_all(&sd_net(sock_net(sk))->backlog_wait);
+		release_sock(sk);
+		return 0;
 	}
 	if (sock->state == SS_CONNECTING)
 		sock->state = SS_CONNECTED;
