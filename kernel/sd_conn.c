@@ -1903,6 +1903,13 @@ void sd_conn_peer_gone(struct sock *sk)
 {
 	struct sd_conn *conn = sd_sk(sk)->conn;
 
+	/*
+	 * The bridge holds the sock, not its file: a close may have taken
+	 * the connection off it already (sd_release()), with nothing left
+	 * to tell.
+	 */
+	if (!conn)
+		return;
 	spin_lock(&conn->lock);
 	WRITE_ONCE(sk->sk_err, EPIPE);
 	WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);
