@@ -71,14 +71,34 @@ static int sd_put_addr(struct sk_buff *skb, int type, const struct sd_addr *a)
 	return 0;
 }
 
-static int sd_put_owner(struct sk_buff *skb, struct sock *sk)
+/*
+ * May the dump's caller see who owns @sk (its uid and process)?  Its own
+ * sockets, yes; others' only with CAP_NET_ADMIN in the namespace: more
+ * than sock_diag shows would let any user watch which process serves
+ * what, around hidepid (Documentation/security.rst).  The verdict on the
+ * capability is taken once per dump, in cb->args[2] (1 no, 2 yes).
+ */
+static bool sd_owner_visible(struct netlink_callback *cb, struct sock *sk)
+{
+	if (uid_eq(NETLINK_CB(cb->skb).creds.uid, sk->sk_uid))
+		return true;
+	if (!cb->args[2])
+		cb->args[2] = netlink_net_capable(cb->skb, CAP_NET_ADMIN) ? 2 : 1;
+	return cb->args[2] == 2;
+}
+
+static int sd_put_owner(struct sk_buff *skb, struct netlink_callback *cb,
+			struct sock *sk)
 {
 	struct sd_sock *ss = sd_sk(sk);
 
-	return nla_put_u64_64bit(skb, SD_A_SOCK_INODE, sock_i_ino(sk),
-				 SD_A_PAD) ||
-	       nla_put_u16(skb, SD_A_SOCK_FAMILY, ss->family) ||
-	       nla_put_u32(skb, SD_A_SOCK_UID,
+	if (nla_put_u64_64bit(skb, SD_A_SOCK_INODE, sock_i_ino(sk),
+			      SD_A_PAD) ||
+	    nla_put_u16(skb, SD_A_SOCK_FAMILY, ss->family))
+		return -EMSGSIZE;
+	if (!sd_owner_visible(cb, sk))
+		return 0;
+	return nla_put_u32(skb, SD_A_SOCK_UID,
 			   from_kuid_munged(current_user_ns(), sk->sk_uid)) ||
 	       nla_put_u32(skb, SD_A_SOCK_PID, ss->owner ?
 			   pid_vnr(ss->owner) : 0);
@@ -125,7 +145,7 @@ static int sd_fill_sock(struct sk_buff *skb, struct netlink_callback *cb,
 	hdr = sd_genl_put(skb, cb, SD_CMD_SOCK_GET);
 	if (!hdr)
 		return -EMSGSIZE;
-	if (sd_put_owner(skb, sk) ||
+	if (sd_put_owner(skb, cb, sk) ||
 	    nla_put_u8(skb, SD_A_SOCK_STATE, state) ||
 	    sd_put_addr(skb, SD_A_SOCK_LOCAL, &ss->local) ||
 	    nla_put_u8(skb, SD_A_SOCK_TRANSPORT, transport) ||
@@ -191,7 +211,7 @@ static int sd_fill_listener(struct sk_buff *skb, struct netlink_callback *cb,
 
 	if (!hdr)
 		return -EMSGSIZE;
-	if (sd_put_owner(skb, sk) ||
+	if (sd_put_owner(skb, cb, sk) ||
 	    sd_put_addr(skb, SD_A_SOCK_LOCAL, &sd_sk(sk)->local) ||
 	    nla_put_u32(skb, SD_A_LISTEN_BACKLOG,
 			READ_ONCE(sk->sk_max_ack_backlog)) ||
