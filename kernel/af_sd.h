@@ -458,12 +458,14 @@ int sd_shutdown(struct socket *sock, int how);
 bool sd_rx_unread(struct sd_sock *ss);
 
 /* sd_tcp.c: the internal TCP socket of redirected sockets */
+int sd_tcp_make(struct sock *sk, sa_family_t family, struct socket **tcp);
 int sd_tcp_get(struct sock *sk, struct socket **tcp);
 struct socket *sd_tcp_sock(const struct sock *sk);
 void sd_tcp_sync(struct sock *sk);
 int sd_tcp_name(struct socket *tcp, bool peer, struct sd_addr *a);
-int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
-		struct sd_addr *a);
+int sd_tcp_bind(struct sock *sk, sa_family_t family, struct sockaddr *uaddr,
+		int len, bool exclusive, struct sd_addr *a);
+void sd_tcp_unbind(struct sock *sk);
 int sd_tcp_listen(struct sock *sk, int backlog);
 void sd_tcp_listen_stop(struct sock *sk);
 bool sd_tcp_accept_ready(const struct sock *sk);

@@ -220,52 +220,96 @@ static void sd_hash(struct sd_net *sn, struct sock *sk)
 }
 
 /*
- * Take the port of @a for @sk; port 0 picks a free one from net.sd.port_range
- * (no other socket of this netns holds it, whatever its address).
+ * IPV6_V6ONLY as TCP saw it at bind: a :: that takes no IPv4 (AF_SD's
+ * table and listening groups follow TCP there too).
  */
-static int sd_get_port(struct sock *sk, struct sd_addr *a)
+static void sd_note_v6only(struct sock *sk)
+{
+	struct sock *tsk = sd_sk(sk)->tcp->sk;
+
+	sd_sk(sk)->v6only = tsk->sk_family == AF_INET6 && tsk->sk_ipv6only;
+}
+
+/*
+ * Enter @sk in AF_SD's table with the port of @a, which its TCP socket
+ * holds already; AF_SD's own sockets are checked too, by TCP's rules
+ * (only a socket whose port its listener holds, a connection's server
+ * end, is in this table alone).
+ */
+static int sd_hash_port(struct sock *sk, const struct sd_addr *a)
 {
 	struct sd_net *sn = sd_net(sock_net(sk));
-	int low, high, range, i;
 	int err = 0;
 
 	spin_lock(&sn->bind_lock);
-	if (a->port) {
-		if (sd_port_in_use(sn, sk, a))
-			err = -EADDRINUSE;
-		goto out;
-	}
-
-	low = READ_ONCE(sn->port_range[0]);
-	high = READ_ONCE(sn->port_range[1]);
-	range = high - low + 1;
-	for (i = 0; i < range; i++) {
-		struct sd_addr probe = *a;
-		struct sd_sock *other;
-		bool used = false;
-
-		probe.port = htons(low + (sn->port_rover + i) % range);
-		hlist_for_each_entry(other, sd_bind_head(sn, probe.port),
-				     bind_node) {
-			if (other->local.port == probe.port) {
-				used = true;
-				break;
-			}
-		}
-		if (!used) {
-			sn->port_rover += i + 1;
-			a->port = probe.port;
-			goto out;
-		}
-	}
-	err = -EADDRNOTAVAIL;
-out:
-	if (!err) {
+	if (sd_port_in_use(sn, sk, a)) {
+		err = -EADDRINUSE;
+	} else {
 		sd_sk(sk)->local = *a;
 		sd_hash(sn, sk);
 	}
 	spin_unlock(&sn->bind_lock);
 	return err;
+}
+
+/*
+ * Give @sk a free port of net.sd.port_range at @a's address, for a bind to
+ * port 0 or a listen or connect of an unbound socket: its TCP socket (of
+ * @family) binds @a's address, or with @tcp_any the wildcard address (a
+ * connect's), at the first port from the rover that nobody holds in
+ * TCP's port space (whatever their SO_REUSEADDR: sd_tcp_bind()'s
+ * @exclusive), and AF_SD's table takes it.  Ports that need
+ * CAP_NET_BIND_SERVICE are skipped for a caller without it.  Sets @a's
+ * port.  -EADDRNOTAVAIL when none is free.  Called with @sk locked.
+ */
+static int sd_autobind(struct sock *sk, sa_family_t family, struct sd_addr *a,
+		       bool tcp_any)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct net *net = sock_net(sk);
+	int low = READ_ONCE(sn->port_range[0]);
+	int high = READ_ONCE(sn->port_range[1]);
+	/* A hint only: racing callers may start at the same port. */
+	u32 rover = READ_ONCE(sn->port_rover);
+	bool priv = ns_capable(net->user_ns, CAP_NET_BIND_SERVICE);
+	int range = high - low + 1, i, err;
+	struct sd_addr wild = {}, got;
+	struct sockaddr_storage st;
+	int len;
+
+	if (!tcp_any)
+		wild.addr = a->addr;
+	else if (family == AF_INET)
+		ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &wild.addr);
+	for (i = 0; i < range; i++) {
+		wild.port = htons(low + (rover + i) % range);
+		if (!priv && inet_port_requires_bind_service(net,
+							     ntohs(wild.port)))
+			continue;
+		len = sd_addr_fill(family, &wild, (struct sockaddr *)&st);
+		err = sd_tcp_bind(sk, family, (struct sockaddr *)&st, len, true,
+				  &got);
+		if (err == -EADDRINUSE)
+			continue;
+		if (err)
+			return err;
+		a->port = wild.port;
+		sd_note_v6only(sk);
+		err = sd_hash_port(sk, a);
+		if (!err) {
+			WRITE_ONCE(sn->port_rover, rover + i + 1);
+			return 0;
+		}
+		sd_tcp_unbind(sk);
+	}
+	return -EADDRNOTAVAIL;
+}
+
+/* Undo sd_autobind() for a connect that failed: out of both tables. */
+static void sd_autounbind(struct sock *sk)
+{
+	sd_unhash(sk);
+	sd_tcp_unbind(sk);
 }
 
 void sd_unhash(struct sock *sk)
@@ -296,29 +340,36 @@ static bool sd_bind_allowed(struct sock *sk)
 }
 
 /*
- * Take for a redirected socket, in AF_SD's table, the port its TCP socket
- * has just bound (to @a's address).  On failure the TCP socket goes too,
- * for a socket that failed to bind must stay unbound.  Called with @sk
- * locked.
+ * A bind that failed after its TCP socket bound: out of AF_SD's table, and
+ * the TCP socket goes too, for a socket that failed to bind must stay
+ * unbound.  Called with @sk locked.
  */
-static int sd_bind_tcp_port(struct sock *sk, struct sd_addr *a)
+static void sd_bind_undo(struct sock *sk)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct socket *tcp;
+
+	sd_unhash(sk);
+	tcp = sd_tcp_detach(sk);
+	ss->tcp = NULL;
+	sd_tcp_release(NULL, tcp);
+}
+
+/*
+ * Take in AF_SD's table the port that @sk's TCP socket has just bound (to
+ * @a's address), and ask the bind rules.  On failure, sd_bind_undo().
+ * Called with @sk locked.
+ */
+static int sd_bind_tcp_port(struct sock *sk, struct sd_addr *a)
+{
 	int err;
 
-	/* IPV6_V6ONLY as TCP saw it at bind: a :: that takes no IPv4. */
-	ss->v6only = ss->redirected == AF_INET6 && ss->tcp->sk->sk_ipv6only;
-	err = sd_get_port(sk, a);
-	if (!err && !sd_bind_allowed(sk)) {
-		sd_unhash(sk);
+	sd_note_v6only(sk);
+	err = sd_hash_port(sk, a);
+	if (!err && !sd_bind_allowed(sk))
 		err = -EACCES;
-	}
-	if (err) {
-		tcp = sd_tcp_detach(sk);
-		ss->tcp = NULL;
-		sd_tcp_release(NULL, tcp);
-	}
+	if (err)
+		sd_bind_undo(sk);
 	return err;
 }
 
@@ -335,8 +386,36 @@ static int sd_bind_redirected(struct sock *sk, struct sockaddr *uaddr,
 
 	if (ss->bound || ss->conn || sk->sk_state != TCP_CLOSE)
 		return -EINVAL;
-	err = sd_tcp_bind(sk, uaddr, addr_len, &a);
+	err = sd_tcp_bind(sk, ss->redirected, uaddr, addr_len, false, &a);
 	return err ? err : sd_bind_tcp_port(sk, &a);
+}
+
+/*
+ * bind(2) on a native socket: its TCP socket binds the same address and
+ * port first, so TCP's port space sees the port taken (and TCP's errors
+ * are the program's); port 0 is a free one of net.sd.port_range.
+ */
+static int sd_bind_native(struct sock *sk, struct sockaddr *uaddr,
+			  int addr_len, struct sd_addr *a, sa_family_t family)
+{
+	struct sd_addr got;
+	int err;
+
+	if (!a->port) {
+		err = sd_autobind(sk, family, a, false);
+		if (!err && !sd_bind_allowed(sk))
+			err = -EACCES;
+		if (err)
+			sd_bind_undo(sk);
+		return err;
+	}
+	err = sd_tcp_bind(sk, family, uaddr, addr_len, false, &got);
+	if (err) {
+		/* Its next bind may be of another family. */
+		sd_bind_undo(sk);
+		return err;
+	}
+	return sd_bind_tcp_port(sk, a);
 }
 
 int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
@@ -378,19 +457,9 @@ int sd_bind(struct socket *sock, struct sockaddr *uaddr, int addr_len)
 	if (!sd_addr_local(net, &a.addr))
 		goto out;
 
-	err = -EACCES;
-	if (a.port && inet_port_requires_bind_service(net, ntohs(a.port)) &&
-	    !ns_capable(net->user_ns, CAP_NET_BIND_SERVICE))
-		goto out;
-
-	err = sd_get_port(sk, &a);
+	err = sd_bind_native(sk, uaddr, addr_len, &a, family);
 	if (err)
 		goto out;
-	if (!sd_bind_allowed(sk)) {
-		sd_unhash(sk);
-		err = -EACCES;
-		goto out;
-	}
 	ss->family = family;
 out:
 	release_sock(sk);
@@ -458,7 +527,7 @@ int sd_listen(struct socket *sock, int backlog)
 		goto out;
 	if (sk->sk_state == TCP_LISTEN) {
 		WRITE_ONCE(sk->sk_max_ack_backlog, backlog);
-		err = ss->redirected ? sd_tcp_listen(sk, tcp_backlog) : 0;
+		err = sd_tcp_listen(sk, tcp_backlog);
 		goto out;
 	}
 
@@ -469,11 +538,12 @@ int sd_listen(struct socket *sock, int backlog)
 
 		/* As TCP's listen: a port of TCP's choosing, any address. */
 		if (ss->redirected == AF_INET)
-			err = sd_tcp_bind(sk, (struct sockaddr *)&any4,
-					  sizeof(any4), &any);
+			err = sd_tcp_bind(sk, AF_INET, (struct sockaddr *)&any4,
+					  sizeof(any4), false, &any);
 		else
-			err = sd_tcp_bind(sk, (struct sockaddr *)&any6,
-					  sizeof(any6), &any);
+			err = sd_tcp_bind(sk, AF_INET6,
+					  (struct sockaddr *)&any6,
+					  sizeof(any6), false, &any);
 		if (err)
 			goto out;
 		err = sd_bind_tcp_port(sk, &any);
@@ -484,9 +554,11 @@ int sd_listen(struct socket *sock, int backlog)
 
 		if (ss->family == AF_INET)
 			ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &any.addr);
-		err = sd_get_port(sk, &any);
-		if (err)
+		err = sd_autobind(sk, ss->family, &any, false);
+		if (err) {
+			sd_bind_undo(sk);
 			goto out;
+		}
 	}
 	err = -EACCES;
 	if (!sd_bind_allowed(sk))
@@ -539,8 +611,12 @@ int sd_listen(struct socket *sock, int backlog)
 out_unlock:
 	spin_unlock(&sn->bind_lock);
 	kfree(fresh);
-	/* A redirected listener takes plain TCP clients too. */
-	if (!err && ss->redirected) {
+	/*
+	 * Its TCP socket listens too: TCP's port space sees the port
+	 * listened on (TCP's listen checks its rules again), and plain TCP
+	 * clients are accepted, as TCP (sd_accept_tcp()).
+	 */
+	if (!err) {
 		err = sd_tcp_listen(sk, tcp_backlog);
 		if (err)
 			sd_listen_stop(sk);
@@ -1144,8 +1220,7 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	}
 
 	if (!ss->bound) {
-		local.port = 0;
-		err = sd_get_port(sk, &local);
+		err = sd_autobind(sk, ss->redirected, &local, true);
 		if (err)
 			goto out_link;
 		autobound = true;
@@ -1200,7 +1275,7 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 
 out_unbind:
 	if (autobound)
-		sd_unhash(sk);
+		sd_autounbind(sk);
 out_link:
 	sd_link_put(link);
 out_conn:
@@ -1596,7 +1671,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		struct sd_addr any = {};
 
 		any.addr = dst.addr;
-		err = sd_get_port(sk, &any);
+		err = sd_autobind(sk, ss->redirected ? : family, &any, true);
 		if (err)
 			goto out;
 		autobound = true;
@@ -1622,7 +1697,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		/* The caller lacks the right: EACCES, not a refusal. */
 		err = -EACCES;
 		if (autobound)
-			sd_unhash(sk);
+			sd_autounbind(sk);
 		goto out;
 	}
 
@@ -1657,7 +1732,7 @@ connected:
 
 refused:
 	if (autobound)
-		sd_unhash(sk);
+		sd_autounbind(sk);
 	if (ss->redirected && reason != SD_FALLBACK_NONE)
 		return sd_connect_tcp(sk, uaddr, addr_len, flags, reason, &dst);
 	/* TCP's refused socket is shut both ways (tcp_done). */
@@ -1885,6 +1960,13 @@ void sd_conn_remote_fin(struct sock *sk)
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn = ss->conn;
 
+	/*
+	 * The bridge holds the sock, not its file: a close may have taken
+	 * the connection off it already (sd_release()), with nothing left
+	 * to tell.
+	 */
+	if (!conn)
+		return;
 	spin_lock(&conn->lock);
 	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
 	WRITE_ONCE(sk->sk_shutdown, sk->sk_shutdown | RCV_SHUTDOWN);
@@ -1903,13 +1985,6 @@ void sd_conn_peer_gone(struct sock *sk)
 {
 	struct sd_conn *conn = sd_sk(sk)->conn;
 
-	/*
-	 * The bridge holds the sock, not its file: a close may have taken
-	 * the connection off it already (sd_release()), with nothing left
-	 * to tell.
-	 */
-	if (!conn)
-		return;
 	spin_lock(&conn->lock);
 	WRITE_ONCE(sk->sk_err, EPIPE);
 	WRITE_ONCE(sk->sk_shutdown, SHUTDOWN_MASK);

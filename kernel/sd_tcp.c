@@ -52,21 +52,35 @@ struct socket *sd_tcp_sock(const struct sock *sk)
 	return ss->tcp;
 }
 
-/* The internal TCP socket, created on first use.  Called with @sk locked. */
-int sd_tcp_get(struct sock *sk, struct socket **tcp)
+/*
+ * The internal TCP socket, of @family, created on first use.  A redirected
+ * socket's carries its TCP options and its fallback; every AF_SD socket
+ * that holds a port holds it through one, bound to the same address and
+ * port, so that AF_SD and TCP share one port space (decision 12 in
+ * Documentation/design.rst).  Called with @sk locked.
+ */
+int sd_tcp_make(struct sock *sk, sa_family_t family, struct socket **tcp)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	int err;
 
-	if (!ss->redirected)
-		return -EOPNOTSUPP;
+	if (ss->tcp && ss->tcp->sk->sk_family != family) {
+		/*
+		 * A native socket's, unbound, holds nothing (a connect that
+		 * failed left it): one of the new family replaces it.
+		 */
+		if (ss->redirected || ss->bound || ss->use_tcp)
+			return -EAFNOSUPPORT;
+		sd_tcp_release(NULL, sd_tcp_detach(sk));
+		ss->tcp = NULL;
+	}
 	if (!ss->tcp) {
 		/*
 		 * A user socket (kern 0): it holds its netns, and security
 		 * modules see it as the caller's, as if the program had
 		 * made it itself (which, redirected, it believes it did).
 		 */
-		err = __sock_create(sock_net(sk), ss->redirected, SOCK_STREAM,
+		err = __sock_create(sock_net(sk), family, SOCK_STREAM,
 				    IPPROTO_TCP, &ss->tcp, 0);
 		if (err) {
 			ss->tcp = NULL;
@@ -78,6 +92,16 @@ int sd_tcp_get(struct sock *sk, struct socket **tcp)
 	}
 	*tcp = ss->tcp;
 	return 0;
+}
+
+/* A redirected socket's TCP socket, for its options.  @sk locked. */
+int sd_tcp_get(struct sock *sk, struct socket **tcp)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	if (!ss->redirected)
+		return -EOPNOTSUPP;
+	return sd_tcp_make(sk, ss->redirected, tcp);
 }
 
 /*
@@ -142,22 +166,58 @@ int sd_tcp_name(struct socket *tcp, bool peer, struct sd_addr *a)
 }
 
 /*
- * Bind the TCP socket to @uaddr (the program's address) and return the
- * address it got in @a: TCP picks the port for port 0, and TCP's checks
- * and errors are the ones the program sees.  Called with @sk locked.
+ * Bind the TCP socket (of @family, made if needed) to @uaddr and return
+ * the address it got in @a: TCP picks the port for port 0, and TCP's
+ * checks and errors (a port another socket holds, a privileged port) are
+ * the ones the program sees.  With @exclusive the bind ignores
+ * SO_REUSEADDR and SO_REUSEPORT, as TCP's own choice of a port does.
+ * Called with @sk locked.
  */
-int sd_tcp_bind(struct sock *sk, struct sockaddr *uaddr, int len,
-		struct sd_addr *a)
+int sd_tcp_bind(struct sock *sk, sa_family_t family, struct sockaddr *uaddr,
+		int len, bool exclusive, struct sd_addr *a)
 {
 	struct socket *tcp;
+	struct sock *tsk;
 	int err;
 
-	err = sd_tcp_get(sk, &tcp);
+	err = sd_tcp_make(sk, family, &tcp);
 	if (err)
 		return err;
 	sd_tcp_sync(sk);
+	tsk = tcp->sk;
+	if (exclusive) {
+		lock_sock(tsk);
+		tsk->sk_reuse = SK_NO_REUSE;
+		tsk->sk_reuseport = 0;
+		release_sock(tsk);
+	}
 	err = kernel_bind(tcp, uaddr, len);
+	if (exclusive)
+		sd_tcp_sync(sk);
 	return err ? err : sd_tcp_name(tcp, false, a);
+}
+
+/*
+ * Give back the port a connect took for @sk's TCP socket, once that
+ * connect failed, as TCP gives back the port its own connect took
+ * (tcp_set_state() to TCP_CLOSE): a later bind, or TCP's own connect,
+ * starts afresh.  Called with @sk locked.
+ */
+void sd_tcp_unbind(struct sock *sk)
+{
+	struct socket *tcp = sd_sk(sk)->tcp;
+	struct sock *tsk;
+
+	if (!tcp)
+		return;
+	tsk = tcp->sk;
+	lock_sock(tsk);
+	if (tsk->sk_state == TCP_CLOSE && inet_csk(tsk)->icsk_bind_hash) {
+		inet_put_port(tsk);
+		inet_sk(tsk)->inet_sport = 0;
+		tsk->sk_userlocks &= ~SOCK_BINDPORT_LOCK;
+	}
+	release_sock(tsk);
 }
 
 /*

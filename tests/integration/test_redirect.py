@@ -288,10 +288,15 @@ def test_bind_waiting_for_a_connect_that_falls_back(race_hosts):
     thread's connect fell back is TCP's bind on TCP's socket, which TCP's
     connect bound before the socket became TCP's (sd_tcp_switch()): it
     fails with TCP's EINVAL, as a bind that came after a TCP connect
-    does; never AF_SD's redirected bind, whose failure (here: EADDRINUSE,
-    a native AF_SD socket holds the port) released the TCP socket that the
-    file had just been given.  The connection works every time."""
-    res = race_fallback(race_hosts, "bind")
+    does; never AF_SD's redirected bind, whose failure (here: EACCES, a
+    rule denies AF_SD binds) released the TCP socket that the file had
+    just been given.  The connection works every time."""
+    in_ns(race_hosts, SDCTL, "rules", "add", "deny", "dir", "bind",
+          check=True)
+    try:
+        res = race_fallback(race_hosts, "bind")
+    finally:
+        in_ns(race_hosts, SDCTL, "rules", "flush", check=True)
     answers, delta = res["answers"], res["delta"]
     assert answers == {"EINVAL OK": RACE_ROUNDS}, answers
     # Each bind was seen waiting for the lock that the connect held.

@@ -29,11 +29,11 @@
  *
  * The two threads share one CPU, so the woken one usually runs before the
  * TCP connect goes far: its bind or listen reaches the TCP socket first.
- * The bind is to a port that a native AF_SD socket holds and the listen
- * meets a rule that denies AF_SD binds (the test adds it): a bind or
- * listen that went down the redirected path after the fallback, as before
- * 75fbe8d, fails there (AF_SD's own bind, after TCP's succeeded), and that
- * failure released the TCP socket the file had been given (KASAN, NULL
+ * The bind and the listen meet a rule that denies AF_SD binds (the test
+ * adds it): a bind or listen that went down the redirected path after the
+ * fallback, as before 75fbe8d, fails there (AF_SD's own check, after TCP's
+ * bind succeeded), and that failure released the TCP socket the file had
+ * been given (KASAN, NULL
  * pointer in fput() from __sys_bind; on the distribution kernel, a NULL
  * pointer in the connect's __inet_stream_connect()).
  *
@@ -72,7 +72,7 @@ enum op { OP_BIND, OP_LISTEN };
 
 static enum op op;
 static struct sockaddr_in app;		/* the TCP listener, over there */
-static struct sockaddr_in held;		/* bind: the port AF_SD refuses */
+static struct sockaddr_in held;		/* bind: a port AF_SD refuses */
 static int race_fd;
 
 struct racer {
@@ -373,7 +373,7 @@ int main(int argc, char **argv)
 	struct tally tally[8];
 	struct sockaddr_in mon = { .sin_family = AF_INET };
 	int ntally = 0, waited = 0, client_fallbacks = 0;
-	int rounds, lst, mlst, here, there, blocker = -1;
+	int rounds, lst, mlst, here, there;
 	pthread_t thr;
 	int i, j;
 
@@ -405,27 +405,28 @@ int main(int argc, char **argv)
 
 	if (op == OP_BIND) {
 		/*
-		 * A native AF_SD socket holds a port in AF_SD's table only:
-		 * TCP lets a redirected socket bind it, AF_SD then does not.
+		 * A free port, which a rule that denies AF_SD binds (the
+		 * test adds it) keeps from a redirected socket: TCP's bind of
+		 * it succeeds, AF_SD's check after it fails, and the TCP
+		 * socket goes with the failed bind, so TCP can bind it after.
 		 */
 		socklen_t len = sizeof(held);
 
 		held.sin_family = AF_INET;
-		blocker = socket(AF_SD, SOCK_STREAM, 0);
-		if (blocker < 0 ||
-		    bind(blocker, (struct sockaddr *)&held, sizeof(held)) ||
-		    getsockname(blocker, (struct sockaddr *)&held, &len))
-			die("native AF_SD socket");
 		i = socket(AF_INET, SOCK_STREAM, 0);
-		if (i < 0 || bind(i, (struct sockaddr *)&held, sizeof(held)))
-			die("TCP bind to the port the AF_SD socket holds");
+		if (i < 0 || bind(i, (struct sockaddr *)&held, sizeof(held)) ||
+		    getsockname(i, (struct sockaddr *)&held, &len))
+			die("a free port");
 		close(i);
-		/* And a redirected socket does not, TCP's socket goes. */
 		i = redirected_socket();
 		if (bind(i, (struct sockaddr *)&held, sizeof(held)) == 0 ||
-		    errno != EADDRINUSE)
-			fail(0, "a redirected bind to the AF_SD socket's port "
-			     "is not EADDRINUSE");
+		    errno != EACCES)
+			fail(0, "a redirected bind that a rule denies "
+			     "is not EACCES");
+		close(i);
+		i = socket(AF_INET, SOCK_STREAM, 0);
+		if (i < 0 || bind(i, (struct sockaddr *)&held, sizeof(held)))
+			fail(0, "a denied redirected bind kept the TCP port");
 		close(i);
 	}
 
@@ -506,8 +507,6 @@ int main(int argc, char **argv)
 	for (j = 0; j < ntally; j++)
 		printf("%s\"%s\": %d", j ? ", " : "", tally[j].key, tally[j].n);
 	printf("}}\n");
-	if (blocker >= 0)
-		close(blocker);
 	close(mlst);
 	close(lst);
 	return 0;
