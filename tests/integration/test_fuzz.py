@@ -1,7 +1,10 @@
 """The bounded fuzzer (tests/progs/sd_fuzz.c): random sequences of AF_SD
 system calls from several threads in several processes, sharing sockets,
 with random options, ioctls, addresses, random bytes written into the
-mapped rings, and random generic netlink requests to the "sd" family
+mapped rings, forks, connects that wait at a full backlog while other
+threads listen, connect, shut down and close the same socket (half the
+calls go to a few hot slots), and random generic netlink requests to the
+"sd" family
 (which change the rules for real: the fuzzer flushes them at the end,
 and the test checks that none are left).  Any kernel splat fails the
 test (conftest's clean_kernel_log) and the seed it prints replays the
@@ -21,7 +24,7 @@ import subprocess
 import pytest
 
 import sdgenl
-from conftest import prog
+from conftest import netns_del, netns_pair, ns_sysctl, nsrun, prog, sd_stats
 from sdsock import Family
 
 SECONDS = int(os.environ.get("SD_FUZZ_SECONDS", "20"))
@@ -89,3 +92,48 @@ def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak,
     assert s.recv(10) == b""
     for x in (c, s, lst):
         x.close()
+
+
+FUZZ_NS = ("sdfz-h1", "sdfz-h2")
+FUZZ_ADDR = ("10.78.0.1", "10.78.0.2")
+FUZZ_RDV_PORT = 7482
+
+
+@pytest.fixture
+def fuzz_hosts():
+    """Two namespaces, two hosts to AF_SD: redirection and the rendezvous
+    on in both."""
+    h1, h2 = FUZZ_NS
+    netns_pair(h1, h2, "sdfz0", "sdfz1", *FUZZ_ADDR)
+    for n in FUZZ_NS:
+        for key, value in (("redirect", 1), ("rendezvous_port", FUZZ_RDV_PORT),
+                           ("rendezvous_timeout_ms", 10000)):
+            err = ns_sysctl(n, key, value)
+            assert err is None, err
+    yield h1, h2
+    netns_del(*FUZZ_NS)
+
+
+def test_fuzz_against_another_host(fuzz_hosts, no_leak):
+    """The same calls in one namespace, with another namespace standing for
+    another host: listeners there, redirected clients here connecting to
+    them as RDMA connections through both monitors, and the fuzzer playing
+    their bridge (its descriptors, DATA, ROOM, FIN and RESET) while other
+    threads close the sockets under it (security.rst: a bridge's FIN
+    racing close).  Each run gets half of SD_FUZZ_SECONDS."""
+    h1, h2 = fuzz_hosts
+    seed = int(os.environ.get("SD_FUZZ_SEED", random.SystemRandom().getrandbits(48)))
+    print(f"sd_fuzz seed {seed}")
+    secs = max(1, SECONDS // 2)
+    before = sd_stats(h1)
+    r = nsrun(h1, prog("sd_fuzz"), str(seed), str(secs), "2", "3",
+              f"/run/netns/{h2}", FUZZ_ADDR[1], capture_output=True,
+              text=True, timeout=secs + 90)
+    assert r.returncode == 0, \
+        f"sd_fuzz seed {seed} exited {r.returncode}:\n{r.stdout}\n{r.stderr}"
+    print(r.stdout)
+    after = sd_stats(h1)
+    delta = {k: v - before.get(k, 0) for k, v in after.items()}
+    print({k: v for k, v in delta.items() if v})
+    # It reached the other host's monitor, and made RDMA connections.
+    assert delta["rdv_asked"] > 0 and delta["rdma_connects"] > 0, delta

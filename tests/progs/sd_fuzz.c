@@ -3,7 +3,7 @@
  * sd_fuzz: random sequences of AF_SD system calls from several threads in
  * several processes, on a shared table of sockets, for a bounded time.
  *
- *   sd_fuzz SEED SECONDS [PROCS [THREADS]]
+ *   sd_fuzz SEED SECONDS [PROCS [THREADS [NETNS ADDR]]]
  *
  * Each thread draws its calls from its own generator, seeded from SEED and
  * its process and thread numbers, so a SEED replays the same calls (their
@@ -18,7 +18,17 @@
  * family (valid and random commands and flags, dumps, well-formed rules
  * and random, nested, truncated or lying attributes, cut or overlong
  * headers; the replies are read without waiting and thrown away).
- * Processes fork with the table open and go on sharing it.
+ * Processes fork with the table open and go on sharing it, and threads
+ * fork now and then, the child making a few calls before it exits.  Half
+ * the calls go to a few hot slots, so that calls meet on one socket, and
+ * connects to listeners with a full backlog of 0 wait (bounded by the
+ * send timeout) while other threads listen, connect, shut down and close
+ * the waiting socket (Documentation/security.rst).
+ *
+ * With NETNS (a path, /run/netns/NAME) and ADDR, another namespace
+ * reachable at ADDR stands for another host: threads make listeners there,
+ * connect redirected sockets to them over the monitors' rendezvous, and
+ * play the RDMA bridge of those connections (do_remote()).
  *
  * The netlink requests change the rules for real (the run is root): the
  * first process flushes them at the end, and test_fuzz.py makes sure.
@@ -30,8 +40,13 @@
  * The result is what the kernel log shows: tests/vm/run fails the run on
  * any splat.  Exits 0 after printing the number of calls made.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE		/* setns */
+#endif
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -75,14 +90,26 @@ static void fill(struct rng *r, void *buf, size_t len)
 		p[i] = (unsigned char)next(r);
 }
 
+/*
+ * Half the calls go to the first HOT slots, so that threads and processes
+ * meet on one socket often: a call while another thread's connect waits
+ * for backlog room (do_jam()), a close under a call, a fork in between.
+ */
+#define HOT 4
+
+static unsigned int slot(struct rng *r)
+{
+	return below(r, 2) ? below(r, HOT) : below(r, SLOTS);
+}
+
 static int slot_fd(struct rng *r)
 {
-	return __atomic_load_n(&slots[below(r, SLOTS)], __ATOMIC_RELAXED);
+	return __atomic_load_n(&slots[slot(r)], __ATOMIC_RELAXED);
 }
 
 static void put_fd(struct rng *r, int fd)
 {
-	int old = __atomic_exchange_n(&slots[below(r, SLOTS)], fd, __ATOMIC_RELAXED);
+	int old = __atomic_exchange_n(&slots[slot(r)], fd, __ATOMIC_RELAXED);
 
 	if (old >= 0)
 		close(old);
@@ -183,6 +210,165 @@ out:
 		close(l);
 	if (c >= 0)
 		close(c);
+}
+
+/*
+ * A connect that waits: a listener on one of the fuzzed ports with a
+ * backlog of 0 and one client queued (both left in the table for others'
+ * accepts and closes), then a blocking connect of a socket of the table to
+ * it, which waits for room until its 20 ms send timeout, while the other
+ * threads listen, connect, bind, shut down, poll and close the same socket.
+ */
+static void do_jam(struct rng *r)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	int l = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	int c = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	int fd;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	a.sin_port = htons((uint16_t)(PORT_BASE + below(r, PORTS)));
+	if (l < 0 || c < 0)
+		goto out;
+	timeouts(l);
+	timeouts(c);
+	if (bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 0))
+		goto out;
+	connect(c, (struct sockaddr *)&a, sizeof(a));
+	put_fd(r, l);
+	put_fd(r, c);
+	l = c = -1;
+	fd = slot_fd(r);
+	if (below(r, 2)) {
+		/* A fresh one, in the table first so that others see it. */
+		fd = socket(AF_SD, SOCK_STREAM, below(r, 4) ? 0 : SD_PROTO_INET);
+		if (fd < 0)
+			goto out;
+		timeouts(fd);
+		put_fd(r, fd);
+	} else {
+		fcntl(fd, F_SETFL, 0);
+	}
+	connect(fd, (struct sockaddr *)&a, sizeof(a));
+out:
+	if (l >= 0)
+		close(l);
+	if (c >= 0)
+		close(c);
+}
+
+/*
+ * -r NETNS ADDR: another network namespace, another host as far as AF_SD
+ * is concerned, at ADDR.  Threads visit it (setns is per thread) to make
+ * listeners there, and redirected sockets here connect to them over the
+ * monitors' rendezvous as RDMA connections, whose bridge this process
+ * plays: it takes bridge descriptors and gives DATA, ROOM, FIN and RESET
+ * on them while other threads close the sockets.
+ */
+#define REMOTE_BASE 42000
+static int here_fd = -1, there_fd = -1;
+static struct in_addr remote;
+
+/* A half that passes the kernel's checks mostly, random now and then. */
+static void half(struct rng *r, struct sd_rdma_half *h)
+{
+	fill(r, h, sizeof(*h));
+	if (below(r, 8) == 0)
+		return;
+	h->qpn &= 0xffffff;
+	h->psn &= 0xffffff;
+	h->ring_size = 4096u << below(r, 8);
+	h->mtu = 1 + below(r, 5);
+	h->flags = 0;
+	memset(h->reserved, 0, sizeof(h->reserved));
+}
+
+static void do_remote(struct rng *r)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote };
+	struct sd_rdma_half h;
+	int one = 1, fd;
+
+	if (there_fd < 0)
+		return;
+	a.sin_port = htons((uint16_t)(REMOTE_BASE + below(r, PORTS)));
+	switch (below(r, 4)) {
+	case 0:		/* a listener over there */
+		if (setns(there_fd, CLONE_NEWNET))
+			return;
+		fd = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, SD_PROTO_INET);
+		if (fd >= 0) {
+			timeouts(fd);
+			setsockopt(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one));
+			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+			    listen(fd, (int)below(r, 3))) {
+				close(fd);
+				fd = -1;
+			}
+		}
+		/* Back here, or every later call of this thread is wrong. */
+		if (setns(here_fd, CLONE_NEWNET))
+			abort();
+		if (fd >= 0)
+			put_fd(r, fd);
+		return;
+	case 1:		/* an accept there (or anywhere), with a half */
+		fd = accept4(slot_fd(r), NULL, NULL, SOCK_NONBLOCK);
+		if (fd < 0)
+			return;
+		timeouts(fd);
+		half(r, &h);
+		setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
+		put_fd(r, fd);
+		return;
+	case 2: {	/* the bridge's descriptor, or an operation on one */
+		uint32_t op = 1 + below(r, 4);
+
+		fd = slot_fd(r);
+		if (below(r, 2)) {
+			fd = ioctl(fd, SD_IOC_RDMA_BRIDGE);
+			if (fd >= 0)
+				put_fd(r, fd);
+		} else {
+			ioctl(fd, SD_IOC_RDMA, &op);
+		}
+		return;
+	}
+	default:	/* a client here, non-blocking or bounded */
+		fd = socket(AF_SD, SOCK_STREAM | (below(r, 2) ? SOCK_NONBLOCK : 0),
+			    SD_PROTO_INET);
+		if (fd < 0)
+			return;
+		timeouts(fd);
+		setsockopt(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one));
+		half(r, &h);
+		setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
+		put_fd(r, fd);
+		connect(fd, (struct sockaddr *)&a, sizeof(a));
+		return;
+	}
+}
+
+static void one_call(struct rng *r);
+
+/*
+ * fork with the table shared: the child makes a few calls of its own on
+ * the same descriptors (some of them asleep in the parent's other
+ * threads) and exits; the parent reaps it.
+ */
+static void do_fork(struct rng *r)
+{
+	struct rng cr = { next(r) };
+	pid_t pid;
+
+	pid = fork();
+	if (pid == 0) {
+		for (int i = 0; i < 32; i++)
+			one_call(&cr);
+		_exit(0);
+	}
+	if (pid > 0)
+		waitpid(pid, NULL, 0);
 }
 
 static void do_opt(struct rng *r, int fd)
@@ -788,7 +974,7 @@ static void one_call(struct rng *r)
 	socklen_t len;
 	int fd = slot_fd(r);
 
-	switch (below(r, 21)) {
+	switch (below(r, there_fd < 0 ? 23 : 26)) {
 	case 0:
 		do_socket(r);
 		break;
@@ -874,6 +1060,21 @@ static void one_call(struct rng *r)
 	case 19:
 		do_netlink(r);
 		break;
+	case 20:
+		do_jam(r);
+		break;
+	case 21:
+		/* Rare: a fork costs more than a hundred calls. */
+		if (below(r, 16) == 0)
+			do_fork(r);
+		else
+			do_jam(r);
+		break;
+	case 23:
+	case 24:
+	case 25:
+		do_remote(r);
+		break;
 	default: {
 		struct sd_token t = { .dir = below(r, 2) };
 
@@ -911,8 +1112,8 @@ static void on_alarm(int sig)
 
 int main(int argc, char **argv)
 {
-	if (argc < 3) {
-		fprintf(stderr, "usage: sd_fuzz SEED SECONDS [PROCS [THREADS]]\n");
+	if (argc < 3 || argc == 6 || argc > 7) {
+		fprintf(stderr, "usage: sd_fuzz SEED SECONDS [PROCS [THREADS [NETNS ADDR]]]\n");
 		return 2;
 	}
 	char *end;
@@ -925,6 +1126,14 @@ int main(int argc, char **argv)
 	    threads > 16) {
 		fprintf(stderr, "sd_fuzz: bad arguments\n");
 		return 2;
+	}
+	if (argc == 7) {
+		here_fd = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+		there_fd = open(argv[5], O_RDONLY | O_CLOEXEC);
+		if (here_fd < 0 || there_fd < 0 || inet_pton(AF_INET, argv[6], &remote) != 1) {
+			fprintf(stderr, "sd_fuzz: bad NETNS or ADDR\n");
+			return 2;
+		}
 	}
 	for (int i = 0; i < SLOTS; i++)
 		slots[i] = -1;
