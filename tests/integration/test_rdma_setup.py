@@ -1767,6 +1767,44 @@ def test_peer_end_waits_for_the_bridge_fin(h):
     h.a.call("bridge_close('c')")
 
 
+FIN_RACE_ROUNDS = int(os.environ.get("SD_FIN_RACE_ROUNDS", "40"))
+
+
+def test_bridge_fin_racing_the_sockets_close(h):
+    """The bridge holds the socket, not its file: its SD_RDMA_OP_FIN may
+    find the socket after a close took the connection off it
+    (sd_release()), and must then do nothing (security.rst).  A thread
+    gives FIN after FIN on the bridge's descriptor while another closes
+    the socket, round after round; the kernel log must stay clean (on the
+    code before the fix, a NULL pointer in sd_conn_remote_fin())."""
+    for i in range(FIN_RACE_ROUNDS):
+        rdma_connect(h, listen=i == 0)
+        h.a.call("bridge('c')")
+        storms = h.a.call(f"""
+            b, stop, n = S['cb'], [], [0]
+            def storm():
+                while not stop:
+                    try:
+                        fcntl.ioctl(b, SD_IOC_RDMA, struct.pack('I', {OP_FIN}))
+                    except OSError:
+                        pass
+                    n[0] += 1
+            t = threading.Thread(target=storm)
+            t.start()
+            while n[0] < {i % 8}:
+                time.sleep(0)
+            S.pop('c').close()
+            for _ in range(8):
+                time.sleep(0)
+            stop.append(1)
+            t.join()
+            bridge_close('c')
+            return n[0]""")
+        assert storms > 0
+        h.b.call("close('s')")
+    h.b.call("close('lst')")
+
+
 # ---- eventfd ----------------------------------------------------------------
 
 def test_eventfd_is_signalled_for_the_half_and_the_end(h):

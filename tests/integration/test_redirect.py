@@ -266,12 +266,17 @@ def ns_sd_sockets(name):
 
 
 def race_fallback(h1, op):
-    """sd_race OP in h1 against h2; its JSON, with h1's counter changes."""
+    """sd_race OP in h1 against h2, with a rule in h1 that denies AF_SD
+    binds; its JSON, with h1's counter changes."""
     before = sd_stats(h1)
     start = time.monotonic()
-    out = in_ns(h1, prog("sd_race"), op, str(RACE_ROUNDS),
-                f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1], str(RACE_RDV_PORT),
-                timeout=300)
+    in_ns(h1, SDCTL, "rules", "add", "deny", "dir", "bind", check=True)
+    try:
+        out = in_ns(h1, prog("sd_race"), op, str(RACE_ROUNDS),
+                    f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1],
+                    str(RACE_RDV_PORT), timeout=300)
+    finally:
+        in_ns(h1, SDCTL, "rules", "flush", check=True)
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
     res["seconds"] = time.monotonic() - start
@@ -291,12 +296,7 @@ def test_bind_waiting_for_a_connect_that_falls_back(race_hosts):
     does; never AF_SD's redirected bind, whose failure (here: EACCES, a
     rule denies AF_SD binds) released the TCP socket that the file had
     just been given.  The connection works every time."""
-    in_ns(race_hosts, SDCTL, "rules", "add", "deny", "dir", "bind",
-          check=True)
-    try:
-        res = race_fallback(race_hosts, "bind")
-    finally:
-        in_ns(race_hosts, SDCTL, "rules", "flush", check=True)
+    res = race_fallback(race_hosts, "bind")
     answers, delta = res["answers"], res["delta"]
     assert answers == {"EINVAL OK": RACE_ROUNDS}, answers
     # Each bind was seen waiting for the lock that the connect held.
@@ -312,12 +312,7 @@ def test_listen_waiting_for_a_connect_that_falls_back(race_hosts):
     connect is under way: TCP's EINVAL, and the connection works; never
     AF_SD's listen, whose failure (here: EACCES, a rule denies AF_SD
     binds) released the TCP socket under the file."""
-    in_ns(race_hosts, SDCTL, "rules", "add", "deny", "dir", "bind",
-          check=True)
-    try:
-        res = race_fallback(race_hosts, "listen")
-    finally:
-        in_ns(race_hosts, SDCTL, "rules", "flush", check=True)
+    res = race_fallback(race_hosts, "listen")
     answers, delta = res["answers"], res["delta"]
     assert answers == {"EINVAL OK": RACE_ROUNDS}, answers
     assert res["waited"] == RACE_ROUNDS, res
