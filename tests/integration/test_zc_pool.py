@@ -276,3 +276,43 @@ def test_fork_with_a_pool_mapped_gives_each_side_its_own_bytes(no_leak):
         os.close(fd)
     for x in (c, s, lst):
         x.close()
+
+
+# ---- libsd: a pool that fits RLIMIT_MEMLOCK, or none ------------------------
+
+def memlock_user(limit):
+    """For preexec_fn: RLIMIT_MEMLOCK of limit bytes, then uid 65534 (no
+    CAP_IPC_LOCK)."""
+    import resource
+
+    def become():
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (limit, limit))
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+    return become
+
+
+@pytest.mark.parametrize("limit,zero_copy", [(32 << 20, True),
+                                             (512 << 10, False)])
+def test_libsd_sizes_its_pool_to_rlimit_memlock(limit, zero_copy,
+                                                redirect_on, no_leak):
+    """sd_zcopy recv-aligned under sdrun as a user without CAP_IPC_LOCK:
+    with 32 MiB of RLIMIT_MEMLOCK libsd's pool fits the limit and large
+    sends hand pages over (main's libsd asked for 16 GiB, got EAGAIN and
+    sent nothing without copying); with 512 KiB there is no pool and every
+    send copies.  The bytes are right either way."""
+    from test_zerocopy import SDRUN
+    d = StatsDelta()
+    env = dict(os.environ, SD_ZEROCOPY="1")
+    r = subprocess.run([SDRUN, prog("sd_zcopy"), "recv-aligned"],
+                       capture_output=True, text=True, env=env, timeout=300,
+                       preexec_fn=memlock_user(limit))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.split()[:2] == ["ok", "recv-aligned"], r.stdout
+    got = d()
+    assert got["redirected"] >= 2, got
+    if zero_copy:
+        assert got["zc_sends"] > 0 and got["zc_remapped"] > 0, got
+    else:
+        assert got["zc_sends"] == 0, got
