@@ -10,9 +10,10 @@
  *   sd_zcpool forkchain N  map a pool; N generations each fork once and
  *                          exit; the first then unmaps.  Prints "ok".
  *   sd_zcpool race N       a thread writes a pool page while the main
- *                          thread sends it N times; the receiver's copy
- *                          (remapped into its pool) must never change
- *                          after the receive.  Prints "ok N".
+ *                          thread sends it N times, BURST at a time; the
+ *                          receiver's copies (remapped into its pool)
+ *                          must never change after the receive.  Prints
+ *                          "ok N".
  *   sd_zcpool pinned       process_vm_writev() pins a pool page for
  *                          writing and stalls on userfaultfd; the page is
  *                          sent; then the write completes.  The receiver
@@ -241,6 +242,9 @@ static int forkchain(long n)
 
 /* ---- race --------------------------------------------------------------- */
 
+/* Sends made back to back before their pages are received. */
+#define BURST		16
+
 static volatile uint64_t *wpage;
 static pid_t writer_tid;
 static uint64_t writes;
@@ -258,6 +262,23 @@ static void *writer(void *arg)
 		__atomic_store_n(&writes, k, __ATOMIC_RELEASE);
 	}
 	return NULL;
+}
+
+/*
+ * Reads the page the writer writes.  After each send both fault on it:
+ * the reader's fault holds the page lock while it maps the page, so the
+ * writer's page_mkwrite may have to wait for it between marking the slot
+ * writable and mapping it writable, which is where a send must not slip
+ * in.  It makes the race more likely; the check does not depend on it.
+ */
+static void *reader(void *arg)
+{
+	uint64_t sum = 0;
+
+	(void)arg;
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED))
+		sum += wpage[256];
+	return (void *)(uintptr_t)sum;
 }
 
 static double now(void)
@@ -319,39 +340,45 @@ static void writer_moves(uint64_t from, uint64_t more)
  */
 static int race(long n)
 {
+	volatile uint64_t *r;
+	uint64_t v0[BURST], w;
 	unsigned char *rbuf;
 	struct sender t;
-	pthread_t th;
-	uint64_t v0, v1, w;
+	pthread_t th, rd;
 	int c, s;
-	long i;
+	long i, j;
 
 	pair(&c, &s);
 	sender_open(&t, c);
 	wpage = pool(c, PAGE);
-	rbuf = pool(s, PAGE);
+	rbuf = pool(s, BURST * PAGE);
 	wpage[0] = 0;
-	if (pthread_create(&th, NULL, writer, NULL))
+	if (pthread_create(&th, NULL, writer, NULL) ||
+	    pthread_create(&rd, NULL, reader, NULL))
 		fail("pthread_create");
-	for (i = 0; i < n; i++) {
-		zc_send(&t, (void *)wpage, PAGE);
-		recv_all(s, rbuf, PAGE);
-		v0 = ((volatile uint64_t *)rbuf)[0];
-		if (((volatile uint64_t *)rbuf)[511] > v0 + 1)
-			fail("round %ld: torn page (%llu, %llu)", i,
-			     (unsigned long long)v0,
-			     (unsigned long long)((uint64_t *)rbuf)[511]);
+	for (i = 0; i < n; i += BURST) {
+		/* Back to back: each send meets the fault the one before caused. */
+		for (j = 0; j < BURST; j++)
+			zc_send(&t, (void *)wpage, PAGE);
+		recv_all(s, rbuf, BURST * PAGE);
+		for (j = 0; j < BURST; j++)
+			v0[j] = ((volatile uint64_t *)(rbuf + (size_t)j * PAGE))[0];
 		w = __atomic_load_n(&writes, __ATOMIC_ACQUIRE);
 		writer_moves(w, 3);
-		v1 = ((volatile uint64_t *)rbuf)[0];
-		if (v1 != v0) {
-			errno = 0;
-			fail("round %ld: the received page changed from %llu to %llu after the receive",
-			     i, (unsigned long long)v0, (unsigned long long)v1);
+		for (j = 0; j < BURST; j++) {
+			r = (volatile uint64_t *)(rbuf + (size_t)j * PAGE);
+			if (r[0] != v0[j] || r[511] > v0[j]) {
+				errno = 0;
+				fail("send %ld: the received page changed from %llu to %llu/%llu after the receive",
+				     i + j, (unsigned long long)v0[j],
+				     (unsigned long long)r[0],
+				     (unsigned long long)r[511]);
+			}
 		}
 	}
 	__atomic_store_n(&stop, 1, __ATOMIC_RELAXED);
 	pthread_join(th, NULL);
+	pthread_join(rd, NULL);
 	printf("ok %ld\n", n);
 	return 0;
 }
