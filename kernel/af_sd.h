@@ -412,6 +412,8 @@ bool sd_ring_drained(struct sd_ring *ring);
 /* sd_zc.c: zero copy */
 void sd_zc_queue_init(struct sd_zc_queue *zq);
 void sd_zc_queue_purge(struct sd_zc_queue *zq);
+int sd_zc_init(void);
+void sd_zc_exit(void);
 int sd_pool_mmap(struct sock *sk, struct vm_area_struct *vma);
 int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs);
 int sd_zc_recv(struct sock *sk, struct sd_ring *ring, struct sd_zc_recv *zr);

@@ -237,9 +237,13 @@ static int __init sd_init(void)
 	if (err)
 		goto out;
 
-	err = sd_remote_init();
+	err = sd_zc_init();
 	if (err)
 		goto out_proto;
+
+	err = sd_remote_init();
+	if (err)
+		goto out_zc;
 
 	err = register_pernet_subsys(&sd_net_ops);
 	if (err)
@@ -267,6 +271,8 @@ out_pernet:
 	unregister_pernet_subsys(&sd_net_ops);
 out_remote:
 	sd_remote_exit();
+out_zc:
+	sd_zc_exit();
 out_proto:
 	proto_unregister(&sd_proto);
 out:
@@ -279,6 +285,7 @@ static void __exit sd_exit(void)
 	sd_netlink_exit();
 	unregister_pernet_subsys(&sd_net_ops);
 	sd_remote_exit();
+	sd_zc_exit();
 	/* Rules freed with kfree_rcu() must be gone before the code is. */
 	rcu_barrier();
 	proto_unregister(&sd_proto);

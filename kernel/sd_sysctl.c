@@ -5,10 +5,12 @@
  * Every handler parses into a scratch copy and stores only a value that
  * passed its checks, so a rejected write (-EINVAL) keeps the old value.
  */
+#include <linux/capability.h>
 #include <linux/log2.h>
 #include <linux/slab.h>
 #include <linux/string.h>
 #include <linux/sysctl.h>
+#include <linux/user_namespace.h>
 #include <net/net_namespace.h>
 
 #include "af_sd.h"
@@ -45,7 +47,21 @@ static int sd_port_range_handler(struct ctl_table *table, int write,
 	return err;
 }
 
-/* net.sd.ring_size: bytes of each new ring, a power of two in bounds. */
+/*
+ * Rings above this size cost more kernel memory per connection than a
+ * namespace's own root may impose: only CAP_NET_ADMIN in the initial user
+ * namespace sets net.sd.ring_size or ring_size_max above it.  A user
+ * namespace's root (who owns the sysctls of the network namespaces it
+ * makes) is held to 4 MiB, the default of ring_size_max.
+ */
+#define SD_RING_UNPRIV_MAX	(4U << 20)
+
+/*
+ * net.sd.ring_size: bytes of each new ring, a power of two in bounds
+ * (EINVAL), and above SD_RING_UNPRIV_MAX only for the initial namespace's
+ * CAP_NET_ADMIN (EPERM).  The capability is the writer's, checked at the
+ * write (current is the task writing the file).
+ */
 static int sd_ring_size_handler(struct ctl_table *table, int write,
 				void *buffer, size_t *lenp, loff_t *ppos)
 {
@@ -63,6 +79,9 @@ static int sd_ring_size_handler(struct ctl_table *table, int write,
 		if (val < SD_RING_MIN_SIZE || val > SD_RING_MAX_SIZE ||
 		    !is_power_of_2(val))
 			return -EINVAL;
+		if (val > SD_RING_UNPRIV_MAX &&
+		    !ns_capable(&init_user_ns, CAP_NET_ADMIN))
+			return -EPERM;
 		WRITE_ONCE(*size, val);
 	}
 	return err;

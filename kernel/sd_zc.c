@@ -9,14 +9,39 @@
  * a page from it and insert another, which it may not do in anonymous
  * memory.  libsd serves large malloc()s from a pool.
  *
+ * The pool file.  mmap() puts each new pool on a file of its own, a
+ * regular file on the module's pseudo filesystem (sd_pool_file()), in
+ * place of the socket's: so fallocate(PUNCH_HOLE) reaches the pool, and
+ * madvise(MADV_REMOVE) frees pool pages as it does shmem's
+ * (sd_pool_fallocate()).  Slots of a range that is unmapped are freed too
+ * (sd_pool_vm_close()), not only when the last mapping goes.
+ *
+ * Memory accounting.  The pages a pool maps are charged when it is
+ * mapped, to the mapping user's locked_vm and checked against its
+ * RLIMIT_MEMLOCK (EAGAIN above it, unless CAP_IPC_LOCK), as io_uring's
+ * registered buffers are, and to the process's pinned_vm (VmPin); the
+ * charge of a range goes when the range is unmapped (sd_pool_charge()).
+ * Pages are also charged to the memory cgroup of whoever touches them.
+ *
  * Copy on write.  A slot is "shared" (SD_SLOT_SHARED) once its page may be
  * held by anyone else: a queued send, another pool that received it, a
  * child after fork.  A shared slot is never mapped writable: a write
  * faults, and the fault gives the slot a copy (sd_pool_cow()).  A slot
  * that may be mapped writable is marked SD_SLOT_WRITABLE; whoever makes it
  * shared first removes its mapping (zap), so no one writes a page after it
- * was sent.  Receiving replaces slots with the sender's pages, mapped
- * read-only, shared.
+ * was sent.  The fault that makes a slot writable holds the page's lock
+ * from the mark until its page table entry is in (sd_pool_mkwrite()), and
+ * whoever shares it holds the same lock across the mark and the zap
+ * (sd_pool_lock_writable()), so the zap never runs before the entry it
+ * must remove exists.  Receiving replaces slots with the sender's pages,
+ * mapped read-only, shared, and only into a mapping the caller may write
+ * (VM_WRITE; else the copy fails with EFAULT, as a plain recv's does).
+ *
+ * Pinned pages.  A page that may be pinned for DMA (pin_user_pages(): an
+ * O_DIRECT read in flight, an RDMA registration, process_vm_writev()) can
+ * be written by the pin's holder without any fault: such a page is never
+ * handed over, a copy of it is (sd_page_held(), counted as zc_pinned);
+ * fork gives the child a copy of it, and a receive does not replace it.
  *
  * Handing pages over.  SD_IOC_ZC_SEND takes references on the pages of a
  * range of the sender's pool and queues them on the connection (struct
@@ -32,19 +57,30 @@
  *   sd_zc_queue.cons_lock  one consumer of a queue at a time (mutex; held
  *                          while copying to user memory)
  *   mmap_lock              of the calling process (page faults take it)
- *   sd_pool.lock           slots, free pages, mapping count (mutex)
+ *   sd_pool.lock           slots, free pages, mapping count, charge (mutex)
+ *   page lock              of a pool page being made writable or shared
  *   sd_zc_queue.lock       the entry list and counts (spinlock)
  */
 #define pr_fmt(fmt) "af_sd: " fmt
 
+#include <linux/capability.h>
+#include <linux/cred.h>
+#include <linux/falloc.h>
+#include <linux/file.h>
+#include <linux/fs.h>
 #include <linux/highmem.h>
 #include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/mount.h>
 #include <linux/pagemap.h>
+#include <linux/pseudo_fs.h>
 #include <linux/sched/mm.h>
 #include <linux/sched/signal.h>
+#include <linux/sched/user.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
 #include <linux/xarray.h>
+#include <net/net_namespace.h>
 
 #include "af_sd.h"
 
@@ -57,13 +93,19 @@
 /* Pool pages: user memory, charged to the memory cgroup of the toucher. */
 #define SD_POOL_GFP		(GFP_HIGHUSER | __GFP_ACCOUNT | __GFP_NOWARN)
 
+/* The pool files' pseudo filesystem ("SDpl"). */
+#define SD_POOL_MAGIC		0x5344706c
+
 struct sd_pool {
 	refcount_t		ref;		/* the object */
 	struct mutex		lock;		/* everything below */
 	struct xarray		slots;		/* index -> struct page * */
 	/* The mm whose mappings (VMAs) this pool backs; not referenced. */
 	struct mm_struct	*mm;
-	struct net		*net;		/* for counters (see sd_pool_mmap) */
+	struct net		*net;		/* for counters; referenced */
+	/* Whose locked_vm the mapped pages are charged to, and how many. */
+	struct user_struct	*user;
+	unsigned long		charged;
 	unsigned int		nr_vmas;	/* mappings; 0: slots released */
 	bool			broken;		/* a fork copy ran out of memory */
 	/* The copy made for the child during a fork (one per fork). */
@@ -73,11 +115,22 @@ struct sd_pool {
 };
 
 static const struct vm_operations_struct sd_pool_vm_ops;
+static struct vfsmount *sd_pool_mnt;
 
 static pgoff_t sd_pool_index(struct vm_area_struct *vma, unsigned long addr)
 {
 	return vma->vm_pgoff - (SD_PGOFF_POOL >> PAGE_SHIFT) +
 	       ((addr - vma->vm_start) >> PAGE_SHIFT);
+}
+
+/*
+ * Whether something may write @page without a fault of ours: it may be
+ * pinned for DMA (pin_user_pages()), so sharing it would let the pin's
+ * holder change bytes after they were sent.  Such a page is copied.
+ */
+static bool sd_page_held(struct page *page)
+{
+	return page_maybe_dma_pinned(page);
 }
 
 static struct sd_pool *sd_pool_new(struct mm_struct *mm, struct net *net)
@@ -90,14 +143,65 @@ static struct sd_pool *sd_pool_new(struct mm_struct *mm, struct net *net)
 	mutex_init(&pool->lock);
 	xa_init(&pool->slots);
 	pool->mm = mm;
-	pool->net = net;
+	pool->net = get_net(net);
+	pool->user = get_uid(current_user());
 	pool->nr_vmas = 1;
 	return pool;
 }
 
-/* Drop every slot and spare page: the last mapping went.  pool->lock. */
-static void sd_pool_release_pages(struct sd_pool *pool)
+/*
+ * Charge @pages mapped pages to the pool's user: its locked_vm, checked
+ * against RLIMIT_MEMLOCK unless @force or the caller has CAP_IPC_LOCK (as
+ * io_uring charges registered buffers), and the mm's pinned_vm.  -EAGAIN
+ * over the limit, as mmap(MAP_LOCKED) is.  pool->lock, or a pool no one
+ * else sees yet.
+ */
+static int sd_pool_charge(struct sd_pool *pool, unsigned long pages,
+			  bool force)
 {
+	struct user_struct *user = pool->user;
+	unsigned long limit = rlimit(RLIMIT_MEMLOCK) >> PAGE_SHIFT;
+	unsigned long cur, new;
+
+	if (!pages)
+		return 0;
+	cur = atomic_long_read(&user->locked_vm);
+	do {
+		new = cur + pages;
+		if (!force && (new > limit || new < cur)) {
+			if (!capable(CAP_IPC_LOCK))
+				return -EAGAIN;
+			force = true;
+		}
+	} while (!atomic_long_try_cmpxchg(&user->locked_vm, &cur, new));
+	atomic64_add(pages, &pool->mm->pinned_vm);
+	pool->charged += pages;
+	return 0;
+}
+
+/*
+ * Give back up to @pages of the charge.  The pool's mm is alive: this runs
+ * for one of its mappings.  pool->lock.
+ */
+static void sd_pool_uncharge(struct sd_pool *pool, unsigned long pages)
+{
+	pages = min(pages, pool->charged);
+	if (!pages)
+		return;
+	atomic_long_sub(pages, &pool->user->locked_vm);
+	atomic64_sub(pages, &pool->mm->pinned_vm);
+	pool->charged -= pages;
+}
+
+/*
+ * The last mapping went: drop every slot and spare page and the charge.
+ * The pool never forks again, so its fork child is no longer needed
+ * either: it is returned for the caller to put, outside the lock (so that
+ * no chain of dead pools hangs from a live one).  pool->lock.
+ */
+static struct sd_pool *sd_pool_release_pages(struct sd_pool *pool)
+{
+	struct sd_pool *child = pool->fork_child;
 	struct page *page;
 	unsigned long idx;
 
@@ -106,16 +210,28 @@ static void sd_pool_release_pages(struct sd_pool *pool)
 	xa_destroy(&pool->slots);
 	while (pool->nr_free)
 		put_page(pool->free[--pool->nr_free]);
+	sd_pool_uncharge(pool, pool->charged);
+	pool->fork_child = NULL;
+	return child;
 }
 
+/*
+ * Drop a reference.  A pool holds its fork child, which may hold its own:
+ * the chain is released in a loop, never by recursion, whatever its
+ * length (one per generation of a process tree that forks).
+ */
 static void sd_pool_put(struct sd_pool *pool)
 {
-	if (!refcount_dec_and_test(&pool->ref))
-		return;
-	if (pool->fork_child)
-		sd_pool_put(pool->fork_child);
-	mutex_destroy(&pool->lock);
-	kfree(pool);
+	struct sd_pool *child;
+
+	while (pool && refcount_dec_and_test(&pool->ref)) {
+		child = pool->fork_child;
+		put_net(pool->net);
+		free_uid(pool->user);
+		mutex_destroy(&pool->lock);
+		kfree(pool);
+		pool = child;
+	}
 }
 
 /*
@@ -147,6 +263,24 @@ static void sd_pool_unref(struct sd_pool *pool, struct page *page)
 		pool->free[pool->nr_free++] = page;
 	else
 		put_page(page);
+}
+
+/*
+ * Empty the slots [@first, @last], whose mappings the caller removed.
+ * Returns how many held a page.  pool->lock.
+ */
+static unsigned long sd_pool_punch(struct sd_pool *pool, pgoff_t first,
+				   pgoff_t last)
+{
+	unsigned long idx, n = 0;
+	struct page *page;
+
+	xa_for_each_range(&pool->slots, idx, page, first, last) {
+		xa_erase(&pool->slots, idx);
+		sd_pool_unref(pool, page);
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -193,18 +327,78 @@ static struct page *sd_pool_cow(struct sd_pool *pool, pgoff_t idx,
 }
 
 /*
+ * Lock the page of every slot in [@first, @last] that may be mapped
+ * writable, and return how many.  sd_pool_mkwrite() marks a slot writable
+ * under pool->lock with its page locked, and keeps the page locked until
+ * its writable page table entry is in: with pool->lock (no new marks) and
+ * these page locks, every writable entry of the range exists, and one zap
+ * removes them all.  sd_pool_unlock_writable() ends it.  pool->lock.
+ */
+static unsigned long sd_pool_lock_writable(struct sd_pool *pool,
+					   pgoff_t first, pgoff_t last)
+{
+	unsigned long idx = first, n = 0;
+	struct page *page;
+
+	for (page = xa_find(&pool->slots, &idx, last, SD_SLOT_WRITABLE); page;
+	     page = xa_find_after(&pool->slots, &idx, last, SD_SLOT_WRITABLE)) {
+		lock_page(page);
+		n++;
+	}
+	return n;
+}
+
+/*
+ * After the zap: the slots of sd_pool_lock_writable() are mapped writable
+ * no more; unmark them and unlock their pages.  pool->lock.
+ */
+static void sd_pool_unlock_writable(struct sd_pool *pool, pgoff_t first,
+				    pgoff_t last)
+{
+	unsigned long idx = first;
+	struct page *page;
+
+	for (page = xa_find(&pool->slots, &idx, last, SD_SLOT_WRITABLE); page;
+	     page = xa_find_after(&pool->slots, &idx, last, SD_SLOT_WRITABLE)) {
+		xa_clear_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
+		unlock_page(page);
+	}
+}
+
+/*
+ * Wait for the faults that are making slots of [@first, @last] writable:
+ * once each writable slot's page lock was taken and dropped, their
+ * entries are in, and the caller's zap removes them.  For a caller that
+ * replaces the slots (their marks go with the pages).  pool->lock.
+ */
+static void sd_pool_wait_writable(struct sd_pool *pool, pgoff_t first,
+				  pgoff_t last)
+{
+	unsigned long idx = first;
+	struct page *page;
+
+	for (page = xa_find(&pool->slots, &idx, last, SD_SLOT_WRITABLE); page;
+	     page = xa_find_after(&pool->slots, &idx, last, SD_SLOT_WRITABLE)) {
+		lock_page(page);
+		unlock_page(page);
+	}
+}
+
+/*
  * Mark slots [@first, @first + @nr) shared and take a reference on each
- * page for @pages, allocating the pages of empty slots.  *@zap is set if
- * any may be mapped writable (the caller removes those mappings).  One
- * walk under the xarray's lock, rather than a lookup per page and mark;
- * only an empty slot (never touched) leaves it.  Returns how many were
- * taken: fewer than @nr when out of memory.  pool->lock.
+ * page for @pages, allocating the pages of empty slots.  A page that may
+ * be pinned (sd_page_held()) stays the slot's, unshared, and @pages gets
+ * a copy of it.  Writable marks stay: the caller locked those pages,
+ * zaps, and unmarks (sd_pool_unlock_writable()).  One walk under the
+ * xarray's lock, rather than a lookup per page and mark; an empty slot
+ * or a pinned page leaves it.  Returns how many were taken: fewer than
+ * @nr when out of memory.  pool->lock.
  */
 static u32 sd_pool_share(struct sd_pool *pool, pgoff_t first, u32 nr,
-			 struct page **pages, bool *zap)
+			 struct page **pages)
 {
 	XA_STATE(xas, &pool->slots, first);
-	struct page *page;
+	struct page *page, *copy;
 	u32 i;
 
 	xas_lock(&xas);
@@ -219,9 +413,18 @@ static u32 sd_pool_share(struct sd_pool *pool, pgoff_t first, u32 nr,
 			xas_lock(&xas);
 			xas_load(&xas);
 		}
-		if (xas_get_mark(&xas, SD_SLOT_WRITABLE)) {
-			xas_clear_mark(&xas, SD_SLOT_WRITABLE);
-			*zap = true;
+		if (sd_page_held(page)) {
+			xas_unlock(&xas);
+			copy = alloc_page(SD_POOL_GFP | __GFP_NORETRY);
+			if (!copy)
+				return i;
+			copy_highpage(copy, page);
+			pages[i] = copy;
+			sd_stat_inc(pool->net, SD_STAT_ZC_PINNED);
+			xas_set(&xas, first + i);
+			xas_lock(&xas);
+			xas_load(&xas);
+			continue;
 		}
 		xas_set_mark(&xas, SD_SLOT_SHARED);
 		get_page(page);
@@ -235,7 +438,9 @@ static u32 sd_pool_share(struct sd_pool *pool, pgoff_t first, u32 nr,
  * Put @pages into slots [@first, @first + @nr), shared, not writable, and
  * return what the slots held in @old (NULL for an empty one).  The same
  * single walk; an empty slot needs a node, which is allocated outside the
- * lock and may fail.  Returns how many were placed.  pool->lock.
+ * lock and may fail.  A slot whose page may be pinned keeps it (the pin's
+ * holder would write a page the slot no longer has): the walk stops
+ * there.  Returns how many were placed.  pool->lock.
  */
 static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
 			   struct page **pages, struct page **old)
@@ -257,6 +462,8 @@ static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
 			xas_lock(&xas);
 			xas_load(&xas);
 		} else {
+			if (sd_page_held(prev))
+				break;
 			xas_store(&xas, pages[i]);
 		}
 		xas_set_mark(&xas, SD_SLOT_SHARED);
@@ -265,7 +472,110 @@ static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
 		old[i] = prev;
 	}
 	xas_unlock(&xas);
-	return nr;
+	return i;
+}
+
+/* ---- the pool file ------------------------------------------------------- */
+
+/*
+ * fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE), as
+ * madvise(MADV_REMOVE) calls it: free the slots of the whole pages in
+ * [@offset, @offset + @len) of the caller's mappings of @file (a file
+ * offset is the mapping's: SD_PGOFF_POOL plus the slot's), which read
+ * zeroes afterwards.  Other processes' pools on the same file (fork
+ * copies) keep theirs.
+ */
+static long sd_pool_fallocate(struct file *file, int mode, loff_t offset,
+			      loff_t len)
+{
+	pgoff_t first = DIV_ROUND_UP(offset, PAGE_SIZE);
+	pgoff_t end = (offset + len) >> PAGE_SHIFT;
+	struct mm_struct *mm = current->mm;
+	struct vm_area_struct *vma;
+	pgoff_t lo, hi, idx;
+	unsigned long addr;
+	struct sd_pool *pool;
+
+	if (mode != (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (!mm || first >= end)
+		return 0;
+	if (mmap_read_lock_killable(mm))
+		return -EINTR;
+	{
+		VMA_ITERATOR(vmi, mm, 0);
+
+		for_each_vma(vmi, vma) {
+			pool = vma->vm_private_data;
+			if (vma->vm_file != file ||
+			    vma->vm_ops != &sd_pool_vm_ops || !pool)
+				continue;
+			lo = max(first, vma->vm_pgoff);
+			hi = min(end, vma->vm_pgoff + vma_pages(vma));
+			if (lo >= hi)
+				continue;
+			addr = vma->vm_start + ((lo - vma->vm_pgoff) << PAGE_SHIFT);
+			idx = sd_pool_index(vma, addr);
+			mutex_lock(&pool->lock);
+			zap_page_range(vma, addr, (hi - lo) << PAGE_SHIFT);
+			sd_pool_punch(pool, idx, idx + (hi - lo) - 1);
+			mutex_unlock(&pool->lock);
+		}
+	}
+	mmap_read_unlock(mm);
+	return 0;
+}
+
+static const struct file_operations sd_pool_fops = {
+	.owner		= THIS_MODULE,
+	.fallocate	= sd_pool_fallocate,
+};
+
+static int sd_pool_init_fs_context(struct fs_context *fc)
+{
+	return init_pseudo(fc, SD_POOL_MAGIC) ? 0 : -ENOMEM;
+}
+
+/* No owner: the module's own mount must not pin the module. */
+static struct file_system_type sd_pool_fs_type = {
+	.name			= "sd_pool",
+	.init_fs_context	= sd_pool_init_fs_context,
+	.kill_sb		= kill_anon_super,
+};
+
+/*
+ * A new pool file: a regular file (fallocate wants one) of the module's
+ * pseudo filesystem.  Each holds the module, as a socket does.
+ */
+static struct file *sd_pool_file(void)
+{
+	struct inode *inode;
+	struct file *file;
+
+	inode = alloc_anon_inode(sd_pool_mnt->mnt_sb);
+	if (IS_ERR(inode))
+		return ERR_CAST(inode);
+	inode->i_mode |= S_IFREG;
+	/* Our caller runs in the module for a socket, which holds it. */
+	__module_get(THIS_MODULE);
+	file = alloc_file_pseudo(inode, sd_pool_mnt, "sd_pool", O_RDWR,
+				 &sd_pool_fops);
+	if (IS_ERR(file)) {
+		module_put(THIS_MODULE);
+		iput(inode);
+	}
+	return file;
+}
+
+int __init sd_zc_init(void)
+{
+	sd_pool_mnt = kern_mount(&sd_pool_fs_type);
+	return PTR_ERR_OR_ZERO(sd_pool_mnt);
+}
+
+void sd_zc_exit(void)
+{
+	kern_unmount(sd_pool_mnt);
 }
 
 /* ---- the mapping --------------------------------------------------------- */
@@ -273,18 +583,25 @@ static u32 sd_pool_replace(struct sd_pool *pool, pgoff_t first, u32 nr,
 /*
  * fork: the child's mapping @vma must not share pages with the parent's
  * writably.  Give the child its own pool holding the same pages, mark
- * them shared on both sides, and remove the parent's mappings of them so
- * that the next write on either side copies.  dup_mmap() calls this with
- * both mms write-locked, before it copies page tables (none are left to
- * copy).  One child pool serves all the parent's mappings of @parent.
+ * them shared on both sides, and remove the mappings of them, the
+ * parent's and the child's, so that the next write on either side
+ * copies.  dup_mmap() calls this with both mms write-locked.  Whether it
+ * calls ->open() before or after copy_page_range() differs between 6.1
+ * releases: before, the parent's entries are gone when page tables are
+ * copied, and the child's zap finds none; after, the child got the
+ * parent's entries, writable ones included, and its zap removes them.  A
+ * page that may be pinned is copied for the child instead (as fork does
+ * for anonymous memory), so the pin keeps writing the parent's.  One
+ * child pool serves all the parent's mappings of @parent.  The child's
+ * mappings are charged without the limit: fork cannot fail here.
  */
 static void sd_pool_fork(struct sd_pool *parent, struct vm_area_struct *vma)
 {
 	pgoff_t first = sd_pool_index(vma, vma->vm_start);
 	pgoff_t last = sd_pool_index(vma, vma->vm_end - 1);
+	struct sd_pool *child, *old = NULL;
 	struct vm_area_struct *pvma;
-	struct sd_pool *child;
-	struct page *page;
+	struct page *page, *copy;
 	unsigned long idx;
 
 	/*
@@ -306,21 +623,36 @@ static void sd_pool_fork(struct sd_pool *parent, struct vm_area_struct *vma)
 		if (!child) {
 			/* Nothing to back it with: faults there fail. */
 			vma->vm_private_data = NULL;
-			goto out;
+			goto zap;
 		}
 		mutex_lock_nested(&child->lock, SINGLE_DEPTH_NESTING);
-		if (parent->fork_child)
-			sd_pool_put(parent->fork_child);
+		old = parent->fork_child;
 		refcount_inc(&child->ref);
 		parent->fork_child = child;
 	}
 	vma->vm_private_data = child;
+	sd_pool_charge(child, vma_pages(vma), true);
 
 	xa_for_each_range(&parent->slots, idx, page, first, last) {
-		if (xa_err(xa_store(&child->slots, idx, page,
+		copy = NULL;
+		if (sd_page_held(page)) {
+			copy = alloc_page(SD_POOL_GFP);
+			if (!copy) {
+				child->broken = true;
+				break;
+			}
+			copy_highpage(copy, page);
+		}
+		if (xa_err(xa_store(&child->slots, idx, copy ?: page,
 				    GFP_KERNEL_ACCOUNT))) {
+			if (copy)
+				put_page(copy);
 			child->broken = true;
 			break;
+		}
+		if (copy) {
+			sd_stat_inc(parent->net, SD_STAT_ZC_PINNED);
+			continue;
 		}
 		get_page(page);
 		xa_set_mark(&child->slots, idx, SD_SLOT_SHARED);
@@ -329,14 +661,16 @@ static void sd_pool_fork(struct sd_pool *parent, struct vm_area_struct *vma)
 	}
 	mutex_unlock(&child->lock);
 
+zap:
 	/* current is the parent, its mm the pool's. */
 	pvma = find_vma(current->mm, vma->vm_start);
 	if (pvma && pvma->vm_ops == &sd_pool_vm_ops &&
 	    pvma->vm_private_data == parent && pvma->vm_start <= vma->vm_start)
 		zap_page_range(pvma, vma->vm_start,
 			       vma->vm_end - vma->vm_start);
-out:
+	zap_page_range(vma, vma->vm_start, vma->vm_end - vma->vm_start);
 	mutex_unlock(&parent->lock);
+	sd_pool_put(old);
 }
 
 static void sd_pool_vm_open(struct vm_area_struct *vma)
@@ -349,23 +683,66 @@ static void sd_pool_vm_open(struct vm_area_struct *vma)
 		sd_pool_fork(pool, vma);
 		return;
 	}
-	/* Split or moved within the same process. */
+	/* Split or moved within the same process: already charged. */
 	refcount_inc(&pool->ref);
 	mutex_lock(&pool->lock);
 	pool->nr_vmas++;
 	mutex_unlock(&pool->lock);
 }
 
+/*
+ * Whether another mapping of @vma's pool covers any of its slots.  Only
+ * while mremap() moves a mapping: the new one exists before the old goes
+ * (and, when the move fails, the old one still exists when the new goes).
+ * munmap() removes the VMAs it closes from the tree first.  exit_mmap()
+ * frees VMAs as it closes them, still in the tree: with no users left the
+ * whole mm goes, and the answer is yes (the last close frees the lot).
+ * mmap_lock.
+ */
+static bool sd_pool_mapped_elsewhere(struct vm_area_struct *vma)
+{
+	pgoff_t first = vma->vm_pgoff, last = first + vma_pages(vma) - 1;
+	struct mm_struct *mm = vma->vm_mm;
+	struct vm_area_struct *v;
+
+	if (!atomic_read(&mm->mm_users))
+		return true;
+	VMA_ITERATOR(vmi, mm, 0);
+	for_each_vma(vmi, v) {
+		if (v == vma || v->vm_ops != &sd_pool_vm_ops ||
+		    v->vm_private_data != vma->vm_private_data ||
+		    v->vm_end <= v->vm_start)
+			continue;
+		if (v->vm_pgoff <= last &&
+		    first <= v->vm_pgoff + vma_pages(v) - 1)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * A mapping went.  Its slots are freed and its charge given back unless
+ * another mapping of the pool still covers them (mremap); the last
+ * mapping frees everything.  A failed split closes an empty copy.
+ */
 static void sd_pool_vm_close(struct vm_area_struct *vma)
 {
-	struct sd_pool *pool = vma->vm_private_data;
+	struct sd_pool *pool = vma->vm_private_data, *child = NULL;
+	bool alone;
 
 	if (!pool)
 		return;
+	alone = vma->vm_end > vma->vm_start && !sd_pool_mapped_elsewhere(vma);
 	mutex_lock(&pool->lock);
-	if (!--pool->nr_vmas)
-		sd_pool_release_pages(pool);
+	if (!--pool->nr_vmas) {
+		child = sd_pool_release_pages(pool);
+	} else if (alone) {
+		sd_pool_punch(pool, sd_pool_index(vma, vma->vm_start),
+			      sd_pool_index(vma, vma->vm_end - 1));
+		sd_pool_uncharge(pool, vma_pages(vma));
+	}
 	mutex_unlock(&pool->lock);
+	sd_pool_put(child);
 	sd_pool_put(pool);
 }
 
@@ -433,13 +810,17 @@ static vm_fault_t sd_pool_mkwrite(struct vm_fault *vmf)
 		mutex_unlock(&pool->lock);
 		return VM_FAULT_NOPAGE;
 	}
-	xa_set_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
-	mutex_unlock(&pool->lock);
 	/*
-	 * If the slot is shared after this, whoever shared it removed this
-	 * mapping first, and the fault finds its page table entry changed.
+	 * The page is locked before the slot is marked writable, and stays
+	 * locked until the fault has put in its writable entry
+	 * (VM_FAULT_LOCKED: the fault unlocks it after finish_fault()).
+	 * Whoever shares the slot takes this lock before its zap
+	 * (sd_pool_lock_writable()), so the zap finds the entry and
+	 * removes it; one that comes later sees the slot shared here.
 	 */
 	lock_page(page);
+	xa_set_mark(&pool->slots, idx, SD_SLOT_WRITABLE);
+	mutex_unlock(&pool->lock);
 	return VM_FAULT_LOCKED;
 }
 
@@ -451,14 +832,17 @@ static const struct vm_operations_struct sd_pool_vm_ops = {
 };
 
 /*
- * mmap(SD_PGOFF_POOL) on an AF_SD socket: a new pool.  The mapping holds
- * the socket's file, which holds its network namespace, so pool->net
- * stays valid while a mapping exists; fork copies share that file.
+ * mmap(SD_PGOFF_POOL) on an AF_SD socket: a new pool, on a new pool file
+ * that takes the socket's place in the mapping.  The pool holds its
+ * network namespace (for the counters).  Its length is charged to the
+ * caller's RLIMIT_MEMLOCK (EAGAIN above it).
  */
 int sd_pool_mmap(struct sock *sk, struct vm_area_struct *vma)
 {
 	unsigned long len = vma->vm_end - vma->vm_start;
 	struct sd_pool *pool;
+	struct file *file;
+	int err;
 
 	if (vma->vm_pgoff != SD_PGOFF_POOL >> PAGE_SHIFT)
 		return -EINVAL;
@@ -467,11 +851,28 @@ int sd_pool_mmap(struct sock *sk, struct vm_area_struct *vma)
 	pool = sd_pool_new(vma->vm_mm, sock_net(sk));
 	if (!pool)
 		return -ENOMEM;
+	err = sd_pool_charge(pool, len >> PAGE_SHIFT, false);
+	if (err)
+		goto err_put;
+	file = sd_pool_file();
+	if (IS_ERR(file)) {
+		err = PTR_ERR(file);
+		goto err_uncharge;
+	}
 	/* MIXEDMAP: sd_zc_remap() inserts pages with vm_insert_pages(). */
 	vma->vm_flags |= VM_MIXEDMAP | VM_DONTEXPAND;
 	vma->vm_ops = &sd_pool_vm_ops;
 	vma->vm_private_data = pool;
+	vma_set_file(vma, file);
+	fput(file);		/* the mapping holds it now */
 	return 0;
+
+err_uncharge:
+	sd_pool_uncharge(pool, pool->charged);
+err_put:
+	pool->nr_vmas = 0;
+	sd_pool_put(pool);
+	return err;
 }
 
 /* ---- the queue ----------------------------------------------------------- */
@@ -628,8 +1029,8 @@ int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs)
 	struct vm_area_struct *vma;
 	struct sd_zc_entry *e;
 	struct sd_pool *pool;
-	bool zap = false;
 	pgoff_t first;
+	bool zap;
 	u32 i, nr;
 	int err;
 
@@ -660,12 +1061,20 @@ int sd_zc_send(struct sock *sk, struct sd_ring *ring, struct sd_zc_send *zs)
 	if (pool->broken)
 		goto err_unlock_pool;
 	first = sd_pool_index(vma, zs->addr);
-	i = sd_pool_share(pool, first, nr, e->pages, &zap);
-	if (i < nr)
-		goto err_put_pages;
+	/*
+	 * Pages that may be mapped writable stay locked across the marks
+	 * and the zap, so no fault maps one writable after it was shared.
+	 * The zap covers the whole range even when the share stops short:
+	 * the writable marks all go.
+	 */
+	zap = sd_pool_lock_writable(pool, first, first + nr - 1);
+	i = sd_pool_share(pool, first, nr, e->pages);
 	/* From here on every write of the sender faults and copies. */
 	if (zap)
 		zap_page_range(vma, zs->addr, zs->len);
+	sd_pool_unlock_writable(pool, first, first + nr - 1);
+	if (i < nr)
+		goto err_put_pages;
 	mutex_unlock(&pool->lock);
 	mmap_read_unlock(mm);
 
@@ -702,7 +1111,7 @@ err_free:
  * Put @nr pages into the caller's pool mapping at @addr (page-aligned),
  * replacing what its slots held, with one unmap and one TLB flush for the
  * lot.  Returns how many were placed (the rest is the caller's to copy):
- * 0 if @addr is not in a pool.
+ * 0 if @addr is not in a pool, or in one the caller may not write.
  */
 static u32 sd_zc_remap(struct net *net, unsigned long addr,
 		       struct page **pages, u32 nr)
@@ -713,6 +1122,7 @@ static u32 sd_zc_remap(struct net *net, unsigned long addr,
 	struct sd_pool *pool;
 	struct page **old;
 	u32 i, done = 0;
+	pgoff_t first;
 
 	old = kvmalloc_array(nr, sizeof(*old), GFP_KERNEL);
 	if (!old)
@@ -721,12 +1131,22 @@ static u32 sd_zc_remap(struct net *net, unsigned long addr,
 	vma = vma_lookup(mm, addr);
 	if (!vma || vma->vm_ops != &sd_pool_vm_ops || !vma->vm_private_data)
 		goto out;
+	/*
+	 * Receiving is writing: into a mapping without VM_WRITE nothing is
+	 * placed, and the caller's copy fails with EFAULT, as a copying
+	 * recv's does.
+	 */
+	if (!(vma->vm_flags & VM_WRITE))
+		goto out;
 	pool = vma->vm_private_data;
 	nr = min_t(unsigned long, nr, (vma->vm_end - addr) >> PAGE_SHIFT);
+	first = sd_pool_index(vma, addr);
 	mutex_lock(&pool->lock);
 	if (pool->broken)
 		goto out_unlock;
-	done = sd_pool_replace(pool, sd_pool_index(vma, addr), nr, pages, old);
+	/* Writable entries still being put in are in before the zap. */
+	sd_pool_wait_writable(pool, first, first + nr - 1);
+	done = sd_pool_replace(pool, first, nr, pages, old);
 	if (done) {
 		/*
 		 * Out with the old pages, in with the new, read-only (the

@@ -8,6 +8,7 @@
 #include <linux/sd.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -352,6 +353,15 @@ const char *PageHeap::check() const noexcept
 // The process-wide pool.
 
 static_assert(POOL_LEN <= SD_POOL_MAX_LEN && POOL_LEN % PageHeap::PAGE_SIZE == 0);
+static_assert(POOL_MIN % PageHeap::PAGE_SIZE == 0 && POOL_MIN <= POOL_LEN);
+
+std::size_t next_pool_len(std::size_t failed, std::uint64_t memlock) noexcept
+{
+	std::size_t n = memlock < failed ? static_cast<std::size_t>(memlock) : failed / 2;
+
+	n &= ~(PageHeap::PAGE_SIZE - 1);
+	return n >= POOL_MIN ? n : 0;
+}
 static_assert(POOL_LEN / PageHeap::PAGE_SIZE <= PageHeap::MAX_PAGES);
 
 namespace {
@@ -430,10 +440,17 @@ std::size_t pool_len() noexcept
 	return (pages > max ? max : pages) * PageHeap::PAGE_SIZE;
 }
 
-void *map_pool(std::size_t len) noexcept
+void *map_pool(std::size_t *len) noexcept
 {
-	return mmap(nullptr, len, PROT_READ | PROT_WRITE,
+	return mmap(nullptr, *len, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
+
+// Private anonymous memory has no MADV_REMOVE: MADV_DONTNEED frees it the
+// same way (the pages read zeroes afterwards).
+void release_pages(void *p, std::size_t n) noexcept
+{
+	(void)madvise(p, n, MADV_DONTNEED);
 }
 #else
 // net.sd.zerocopy_threshold, read with raw system calls (this runs inside
@@ -457,20 +474,40 @@ std::size_t pool_len() noexcept
 	return POOL_LEN;
 }
 
-// A pool of len bytes on a throw-away AF_SD socket: the raw system call,
+// A pool of *len bytes on a throw-away AF_SD socket: the raw system call,
 // never the shim's socket(), which would take this socket for one of the
-// program's.  The mapping keeps what it needs of the socket.
-void *map_pool(std::size_t len) noexcept
+// program's.  The mapping keeps what it needs of the socket.  Over
+// RLIMIT_MEMLOCK (EAGAIN) it tries smaller pools (next_pool_len()) and
+// sets *len to the one it made.
+void *map_pool(std::size_t *len) noexcept
 {
 	const long fd = syscall(SYS_socket, AF_SD, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	void *m = MAP_FAILED;
 
 	if (fd < 0)
 		return MAP_FAILED;
 	constexpr auto off = static_cast<off_t>(SD_PGOFF_POOL);
-	void *m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
-		       static_cast<int>(fd), off);
+	for (std::size_t n = *len; n;) {
+		m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE,
+			 static_cast<int>(fd), off);
+		if (m != MAP_FAILED) {
+			*len = n;
+			break;
+		}
+		struct rlimit rl;
+		if (errno != EAGAIN || getrlimit(RLIMIT_MEMLOCK, &rl))
+			break;
+		n = next_pool_len(n, rl.rlim_cur);
+	}
 	(void)syscall(SYS_close, fd);
 	return m;
+}
+
+// Give the pages of [p, p + n), a pool allocation being freed, back to the
+// kernel: the pool's slots are freed, and read zeroes if used again.
+void release_pages(void *p, std::size_t n) noexcept
+{
+	(void)madvise(p, n, MADV_REMOVE);
 }
 #endif
 
@@ -479,12 +516,12 @@ void *map_pool(std::size_t len) noexcept
 void make_pool() noexcept
 {
 	const int saved = errno;
-	const std::size_t len = pool_len();
-	const std::size_t npages = len / PageHeap::PAGE_SIZE;
+	std::size_t len = pool_len();
 	void *m = MAP_FAILED, *meta = MAP_FAILED;
 
-	if (getpagesize() == static_cast<int>(PageHeap::PAGE_SIZE) && npages)
-		m = map_pool(len);
+	if (getpagesize() == static_cast<int>(PageHeap::PAGE_SIZE) && len)
+		m = map_pool(&len);
+	const std::size_t npages = len / PageHeap::PAGE_SIZE;
 	if (m != MAP_FAILED)
 		meta = mmap(nullptr, PageHeap::meta_bytes(npages), PROT_READ | PROT_WRITE,
 			    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -663,7 +700,20 @@ void *pool_alloc(std::size_t n, bool zero) noexcept
 
 void pool_free(void *p) noexcept
 {
+	std::size_t n;
 	bool ok;
+
+	// The pages go back to the kernel while the range is still this
+	// allocation's: once the heap has it, another thread may take it.
+	{
+		Locked l;
+		n = heap.usable_size(p);
+	}
+	if (!n)
+		corrupt("free()");
+	const int saved = errno;
+	release_pages(p, n);
+	errno = saved;
 	{
 		Locked l;
 		ok = heap.free(p);

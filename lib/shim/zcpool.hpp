@@ -157,14 +157,30 @@ private:
 // The process-wide pool.
 //
 // Made on the first pool_alloc() (socket(AF_SD), mmap of a POOL_LEN pool,
-// close); if that fails, the pool is off for the life of the process and
-// every pool_alloc() returns nullptr.  A process never gives pool pages
-// back: freed ones are reused by later allocations.  Thread-safe (one
+// or as much as RLIMIT_MEMLOCK allows (next_pool_len()), close); if that
+// fails, the pool is off for the life of the process and every
+// pool_alloc() returns nullptr: large buffers come from the next
+// allocator, and their sends copy.  pool_free() gives the pages of the
+// allocation back to the kernel (MADV_REMOVE) before the heap reuses its
+// range, so a freed buffer costs no memory.  Thread-safe (one
 // lock) and fork-safe (pthread_atfork: the child keeps a copy-on-write
 // copy of the pool and of its metadata, and a free lock).
 
-// Bytes of the pool mapping (SD_POOL_MAX_LEN at most).
+// Bytes of the pool mapping (SD_POOL_MAX_LEN at most), when the kernel
+// lets the process lock that much (CAP_IPC_LOCK, or an RLIMIT_MEMLOCK that
+// large): the kernel charges a pool mapping's whole length to the user's
+// locked memory, and refuses one over RLIMIT_MEMLOCK with EAGAIN.
 inline constexpr std::size_t POOL_LEN = std::size_t{16} << 30;
+// The smallest pool worth making; below it there is no pool, and every
+// send copies.
+inline constexpr std::size_t POOL_MIN = std::size_t{1} << 20;
+
+// The pool length to try after a mapping of `failed` bytes was refused
+// for RLIMIT_MEMLOCK (EAGAIN), whose soft limit is `memlock` bytes: the
+// limit, if it is below `failed`, else half of `failed` (other locked
+// memory of the same user counts too), in whole pages; 0 when that is
+// below POOL_MIN (give up: sends copy).
+std::size_t next_pool_len(std::size_t failed, std::uint64_t memlock) noexcept;
 
 // Whose malloc the shim's forwards to (zcmalloc.cpp): glibc's own, or
 // one the program brought (jemalloc, tcmalloc...), which may be handed

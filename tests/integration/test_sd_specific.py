@@ -500,3 +500,43 @@ def test_sysctls_need_privilege():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True,
                          text=True, check=True)
     assert out.stdout.strip() in (str(errno.EACCES), str(errno.EPERM))
+
+
+def test_ring_sizes_above_4mib_need_init_ns_cap_net_admin():
+    """A user namespace's root owns the sysctls of the network namespace it
+    makes, but may not make each connection there cost more than 2 x 4 MiB
+    of kernel memory: net.sd.ring_size and ring_size_max above 4 MiB need
+    CAP_NET_ADMIN in the initial user namespace (EPERM), and the refused
+    write keeps the old value.  The initial namespace's root may."""
+    probe = textwrap.dedent("""
+        import errno
+        def put(name, value):
+            path = "/proc/sys/net/sd/" + name
+            try:
+                with open(path, "w") as f:
+                    f.write(value)
+                return "OK"
+            except OSError as e:
+                return errno.errorcode[e.errno]
+        def get(name):
+            return open("/proc/sys/net/sd/" + name).read().strip()
+        for name in ("ring_size", "ring_size_max"):
+            print(name, put(name, "4194304"), get(name),
+                  put(name, "8388608"), get(name),
+                  put(name, "67108864"), get(name))
+    """)
+    out = subprocess.run(["unshare", "--user", "--map-root-user", "--net",
+                          sys.executable, "-c", probe],
+                         capture_output=True, text=True, check=True)
+    lines = out.stdout.split("\n")
+    for name, line in zip(("ring_size", "ring_size_max"), lines):
+        assert line.split() == [name, "OK", "4194304", "EPERM", "4194304",
+                                "EPERM", "4194304"], out.stdout
+    # The initial namespace's root (the test runs as root) still may.
+    for name in ("ring_size", "ring_size_max"):
+        old = sysctl(name)
+        try:
+            assert sysctl(name, "8388608") == "OK"
+            assert sysctl(name) == ["8388608"]
+        finally:
+            sysctl(name, old[0])

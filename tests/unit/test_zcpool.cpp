@@ -122,6 +122,24 @@ void pages_for_rounds_up(void **)
 	assert_int_equal(PageHeap::pages_for(~std::size_t{0}), (~std::size_t{0} >> 12) + 1);
 }
 
+// After EAGAIN (RLIMIT_MEMLOCK) the pool tries the limit, then halves,
+// in whole pages, and gives up below POOL_MIN (sends then copy).
+void next_pool_len_follows_memlock(void **)
+{
+	constexpr std::size_t MiB = std::size_t{1} << 20;
+
+	assert_int_equal(sd::zc::next_pool_len(sd::zc::POOL_LEN, 8 * MiB), 8 * MiB);
+	assert_int_equal(sd::zc::next_pool_len(sd::zc::POOL_LEN, 8 * MiB + 123), 8 * MiB);
+	assert_int_equal(sd::zc::next_pool_len(8 * MiB, 8 * MiB), 4 * MiB);
+	assert_int_equal(sd::zc::next_pool_len(4 * MiB, 8 * MiB), 2 * MiB);
+	assert_int_equal(sd::zc::next_pool_len(2 * MiB, 8 * MiB), 1 * MiB);
+	assert_int_equal(sd::zc::next_pool_len(1 * MiB, 8 * MiB), 0);
+	assert_int_equal(sd::zc::next_pool_len(sd::zc::POOL_LEN, 64 * 1024), 0);
+	assert_int_equal(sd::zc::next_pool_len(sd::zc::POOL_LEN, ~std::uint64_t{0}),
+			 sd::zc::POOL_LEN / 2);
+	assert_int_equal(sd::zc::next_pool_len(3 * MiB + 4096, ~std::uint64_t{0}), 3 * MiB / 2);
+}
+
 void alloc_is_page_granular(void **state)
 {
 	auto &f = fx(state);
@@ -668,6 +686,7 @@ int main()
 	const CMUnitTest tests[] = {
 		cmocka_unit_test(init_rejects_bad_arguments),
 		cmocka_unit_test(pages_for_rounds_up),
+		cmocka_unit_test(next_pool_len_follows_memlock),
 		cmocka_unit_test_setup_teardown(alloc_is_page_granular, setup<64>, teardown),
 		cmocka_unit_test_setup_teardown(free_coalesces, setup<64>, teardown),
 		cmocka_unit_test_setup_teardown(freed_run_at_top_lowers_top, setup<64>, teardown),

@@ -98,6 +98,10 @@ std::string setting(std::string_view word)
 
 [[noreturn]] void write_failed(const std::string &name, const std::string &value, int err)
 {
+	if ((err == EACCES || err == EPERM) && name.rfind("ring_size", 0) == 0)
+		throw Error("permission denied: net.sd." + name + " = " + value +
+			    " needs root (CAP_NET_ADMIN over the network namespace), and"
+			    " above 4194304 CAP_NET_ADMIN in the initial user namespace");
 	if (err == EACCES || err == EPERM)
 		throw Error("permission denied: changing net.sd." + name +
 			    " needs root (CAP_NET_ADMIN over the network namespace)");

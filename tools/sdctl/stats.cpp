@@ -51,6 +51,7 @@ constexpr const char *names[] = {
 	"rdma_resets",
 	"rdma_moves",
 	"rdma_moves_crossed",
+	"zc_pinned",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

@@ -732,6 +732,9 @@ enum sd_stat {
 				 */
 	SD_STAT_RDMA_MOVES,	/* bridges that left for another process's */
 	SD_STAT_RDMA_MOVES_CROSSED,	/* LEAVEs that crossed the peer's */
+	SD_STAT_ZC_PINNED,	/* pool pages copied, not handed over, as
+				 * they may be pinned for DMA
+				 */
 	__SD_STAT_MAX,
 };
 
