@@ -283,6 +283,30 @@ static void half(struct rng *r, struct sd_rdma_half *h)
 	memset(h->reserved, 0, sizeof(h->reserved));
 }
 
+/* A bridge's burst of DATA, ROOM and FIN (RESET would end it). */
+struct storm {
+	uint64_t seed;
+	unsigned int n;
+	unsigned int done;	/* how many it gave so far */
+	int b;
+};
+
+static void *storm(void *arg)
+{
+	struct storm *st = arg;
+	struct rng r = { st->seed };
+
+	for (unsigned int i = 0; i < st->n; i++) {
+		uint32_t op = 1 + below(&r, 3);
+
+		ioctl(st->b, SD_IOC_RDMA, &op);
+		__atomic_store_n(&st->done, i + 1, __ATOMIC_RELAXED);
+	}
+	return NULL;
+}
+
+static void one_call(struct rng *r);
+
 static void do_remote(struct rng *r)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote };
@@ -321,17 +345,40 @@ static void do_remote(struct rng *r)
 		setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
 		put_fd(r, fd);
 		return;
-	case 2: {	/* the bridge's descriptor, or an operation on one */
+	case 2: {	/* the bridge's descriptor, or operations on one */
+		struct storm st = { .seed = next(r), .n = 64 + below(r, 512) };
+		unsigned int i = slot(r);
 		uint32_t op = 1 + below(r, 4);
+		pthread_t th;
 
-		fd = slot_fd(r);
+		fd = __atomic_load_n(&slots[i], __ATOMIC_RELAXED);
 		if (below(r, 2)) {
-			fd = ioctl(fd, SD_IOC_RDMA_BRIDGE);
-			if (fd >= 0)
-				put_fd(r, fd);
-		} else {
 			ioctl(fd, SD_IOC_RDMA, &op);
+			return;
 		}
+		st.b = ioctl(fd, SD_IOC_RDMA_BRIDGE);
+		if (st.b < 0)
+			return;
+		/*
+		 * The peer's news from a thread of its own while this one
+		 * goes on, and often closes the socket under it.
+		 */
+		if (!pthread_create(&th, NULL, storm, &st)) {
+			unsigned int at = below(r, 16);
+
+			for (unsigned int k = below(r, 4); k > 0; k--)
+				one_call(r);
+			/* Not before the storm began, or it meets no close. */
+			while (__atomic_load_n(&st.done, __ATOMIC_RELAXED) < at)
+				sched_yield();
+			if (below(r, 4) &&
+			    __atomic_compare_exchange_n(&slots[i], &fd, -1, 0,
+							__ATOMIC_RELAXED,
+							__ATOMIC_RELAXED))
+				close(fd);
+			pthread_join(th, NULL);
+		}
+		put_fd(r, st.b);
 		return;
 	}
 	default:	/* a client here, non-blocking or bounded */
@@ -348,8 +395,6 @@ static void do_remote(struct rng *r)
 		return;
 	}
 }
-
-static void one_call(struct rng *r);
 
 /*
  * fork with the table shared: the child makes a few calls of its own on
