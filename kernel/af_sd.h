@@ -374,6 +374,12 @@ struct sd_net {
 	struct list_head	rdv_jobs;	/* struct sd_rdv_job */
 	unsigned int		nr_rdv_jobs;
 	bool			rdv_dying;	/* no new jobs: netns exit */
+
+	/* The fabric key (sd_auth.c), never shown: key_fpr stands for it. */
+	spinlock_t		key_lock;	/* key, key_len, key_fpr */
+	u8			key[SD_KEY_MAX_LEN];
+	u8			key_len;	/* 0: no key */
+	u8			key_fpr[SD_KEY_FPR_LEN];
 };
 
 static inline void sd_stat_inc(struct net *net, enum sd_stat stat)
@@ -493,7 +499,17 @@ int sd_rule_delete(struct sd_net *sn, u32 id);
 void sd_rules_flush(struct sd_net *sn);
 void sd_current_ids(kuid_t *uid, kgid_t *gid);
 
+/* sd_auth.c: the fabric key */
+int sd_key_set(struct sd_net *sn, const u8 *key, unsigned int len);
+int sd_key_del(struct sd_net *sn);
+bool sd_key_get_fpr(struct sd_net *sn, u8 fpr[SD_KEY_FPR_LEN]);
+bool sd_key_present(struct sd_net *sn);
+unsigned int sd_key_copy(struct sd_net *sn, u8 *buf);
+void sd_auth_net_init(struct sd_net *sn);
+void sd_auth_net_exit(struct sd_net *sn);
+
 /* sd_remote.c: rendezvous with other hosts' monitors */
+void sd_remote_key_changed(struct sd_net *sn);
 int sd_remote_init(void);
 void sd_remote_exit(void);
 void sd_remote_net_init(struct net *net, struct sd_net *sn);

@@ -347,6 +347,15 @@ static void sd_peers_flush(struct sd_net *sn)
 	spin_unlock(&sn->peers_lock);
 }
 
+/*
+ * The fabric key changed: what was learnt with the old one (a monitor
+ * that would not take our key) may not hold with the new one.
+ */
+void sd_remote_key_changed(struct sd_net *sn)
+{
+	sd_peers_flush(sn);
+}
+
 /* The fallback reason a verdict stands for. */
 static u8 sd_peer_reason(int verdict, u32 flags)
 {
