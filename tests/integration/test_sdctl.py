@@ -33,7 +33,8 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow",
          "fallback_peer_unknown", "rdv_asked", "rdv_answered", "rdv_failed",
          "rdv_cached", "fallback_busy", "rdma_connects", "rdma_queued",
-         "rdma_resets", "rdma_moves", "rdma_moves_crossed"]
+         "rdma_resets", "rdma_moves", "rdma_moves_crossed", "fallback_auth",
+         "rdv_auth_failed"]
 SETTINGS = ["default_policy", "peer_cache_seconds", "port_range",
             "redirect", "rendezvous_port", "rendezvous_timeout_ms",
             "ring_size", "ring_size_max", "zerocopy_threshold"]

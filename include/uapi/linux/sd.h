@@ -692,6 +692,10 @@ enum sd_fallback {
 	SD_FALLBACK_BUSY,		/* the remote listener's backlog
 					 * was full
 					 */
+	SD_FALLBACK_AUTH,		/* no fabric key here, or the other
+					 * host's monitor did not prove it
+					 * holds the same one
+					 */
 	__SD_FALLBACK_MAX,
 };
 
@@ -754,6 +758,10 @@ enum sd_stat {
 				 */
 	SD_STAT_RDMA_MOVES,	/* bridges that left for another process's */
 	SD_STAT_RDMA_MOVES_CROSSED,	/* LEAVEs that crossed the peer's */
+	SD_STAT_FALLBACK_AUTH,	/* SD_FALLBACK_AUTH */
+	SD_STAT_RDV_AUTH_FAILED,	/* rendezvous messages that failed
+					 * authentication, either side
+					 */
 	__SD_STAT_MAX,
 };
 
