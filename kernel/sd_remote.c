@@ -36,6 +36,7 @@
 #include <linux/net.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
+#include <net/ip.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -1914,21 +1915,41 @@ static void sd_rdv_unlisten(struct sd_net *sn, struct socket *sock)
 	sock_release(sock);
 }
 
+/*
+ * Whether @port may be the rendezvous port of @net: 0 (off), or one that
+ * only root can bind there (below net.ipv4.ip_unprivileged_port_start),
+ * so that no user can answer other hosts' monitors in place of this one
+ * while it is off, nor take the port before it starts.
+ */
+static bool sd_rdv_port_ok(struct net *net, int port)
+{
+	return !port || inet_port_requires_bind_service(net, port);
+}
+
 /**
  * sd_remote_set_port - (re)start or stop the rendezvous listener
  * @sn: the netns's state
  * @port: the new net.sd.rendezvous_port, 0 to stop
  *
  * The new listener starts before the old one goes, so a port that cannot
- * be had leaves everything as it was (and the sysctl write fails).
+ * be had leaves everything as it was (and the sysctl write fails).  A port
+ * any user could bind is refused (-EINVAL, with a line in the kernel log
+ * that says why).
  */
 int sd_remote_set_port(struct sd_net *sn, int port)
 {
+	struct net *net = sd_rdv_net(sn);
 	struct socket *old, *fresh = NULL;
 	int err = 0;
 
 	if (port < 0 || port > 65535)
 		return -EINVAL;
+	if (!sd_rdv_port_ok(net, port)) {
+		pr_warn_ratelimited("af_sd: net.sd.rendezvous_port %d refused: any user may bind it (net.ipv4.ip_unprivileged_port_start is %d); use a port below\n",
+				    port,
+				    READ_ONCE(net->ipv4.sysctl_ip_prot_sock));
+		return -EINVAL;
+	}
 	mutex_lock(&sn->rdv_lock);
 	if (port == sn->rdv_port)
 		goto out;

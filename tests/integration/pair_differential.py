@@ -26,7 +26,7 @@ from xhost import SCENARIOS
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 XHOST = str(TOP / "tests" / "integration" / "xhost.py")
-RDV_PORT = 7471
+RDV_PORT = 748
 MODES = ("tcp", "rdma", "fallback")
 
 # scenario -> {row label: reason}: rows whose values may differ, each with

@@ -22,7 +22,7 @@ from conftest import SDCTL, TOP, ns_key
 from peer import Peer
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
-RDV_PORT = 7471
+RDV_PORT = 748       # only root may bind it (net.sd.rendezvous_port)
 APP_PORT = 9191
 
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")

@@ -239,7 +239,7 @@ def test_racing_connects_fall_back_once(no_leak):
 # connect falls back, reason handshake).  See tests/progs/sd_race.c.
 RACE_NS = ("sdrc-h1", "sdrc-h2")
 RACE_ADDR = ("10.79.0.1", "10.79.0.2")
-RACE_RDV_PORT = 7481
+RACE_RDV_PORT = 749
 RACE_ROUNDS = 150
 
 

@@ -24,7 +24,7 @@ SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
 H1, H2 = "sdrv-h1", "sdrv-h2"
 A1, A2 = "10.78.0.1", "10.78.0.2"
-RDV_PORT = 7471
+RDV_PORT = 748       # only root may bind it; so is RDV_PORT + 1
 APP_PORT = 9090
 MAGIC, VERSION, REQUEST, REPLY, NO_RDMA = w.MAGIC, w.VERSION, 1, 2, 1
 REQ_LEN, REP_LEN = 16 + w.TAG_LEN, 16 + w.TAG_LEN
@@ -189,7 +189,9 @@ def test_changing_the_port_forgets_what_was_learnt(echo_server):
 
 @pytest.mark.parametrize("key,bad", [
     ("rendezvous_port", "-1"), ("rendezvous_port", "65536"),
-    ("rendezvous_port", "x"), ("rendezvous_timeout_ms", "9"),
+    ("rendezvous_port", "x"), ("rendezvous_port", "1024"),
+    ("rendezvous_port", "7471"), ("rendezvous_port", "65535"),
+    ("rendezvous_timeout_ms", "9"),
     ("rendezvous_timeout_ms", "60001"), ("peer_cache_seconds", "-1"),
     ("peer_cache_seconds", "86401")])
 def test_bad_settings_are_refused_and_change_nothing(hosts, key, bad):
@@ -197,6 +199,36 @@ def test_bad_settings_are_refused_and_change_nothing(hosts, key, bad):
     r = setting(H1, key, bad)
     assert r.returncode != 0, r
     assert setting(H1, key) == before
+
+
+def test_the_port_must_be_one_only_root_can_bind(hosts):
+    """net.sd.rendezvous_port below net.ipv4.ip_unprivileged_port_start
+    only: with that lowered to 700 in h1, 748 is refused (and the kernel
+    log says why) and the port stays off; with it back at 1024, 748 is
+    taken, and nobody may bind it while the monitor is off."""
+    def unpriv(value):
+        nsrun(H1, "sysctl", "-qw",
+              f"net.ipv4.ip_unprivileged_port_start={value}", check=True)
+
+    unpriv(700)
+    try:
+        r = setting(H1, "rendezvous_port", RDV_PORT)
+        assert r.returncode != 0, r
+        assert setting(H1, "rendezvous_port") == "0"
+        log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+        assert f"net.sd.rendezvous_port {RDV_PORT} refused: any user may " \
+            "bind it" in log, log[-2000:]
+    finally:
+        unpriv(1024)
+    # What the port protects against: a user's listener on it.
+    code = (f"import socket; s = socket.socket(); "
+            f"s.bind(('', {RDV_PORT}))")
+    out = ns(H1, "setpriv", "--reuid=65534", "--regid=65534",
+             "--clear-groups", sys.executable, "-c", code, check=False)
+    assert out.returncode != 0 and "Permission denied" in out.stderr, out
+    assert setting(H1, "rendezvous_port", RDV_PORT).returncode == 0
+    assert setting(H1, "rendezvous_port") == str(RDV_PORT)
+    assert setting(H1, "rendezvous_port", 0).returncode == 0
 
 
 def test_a_port_in_use_is_refused_and_the_old_one_kept(hosts):

@@ -795,6 +795,24 @@ def test_config_set_and_rejects(name, restore_settings):
         assert sysctl(name) == kept, value
 
 
+def test_config_rendezvous_port_only_root_can_bind(restore_settings):
+    """The rendezvous port is 0 or below net.ipv4.ip_unprivileged_port_start
+    (1024 here): sdctl says so when the kernel refuses another."""
+    start = pathlib.Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    assert start.read_text().strip() == "1024"
+    sdctl("config", "set", "rendezvous_port", "748")
+    assert sysctl("rendezvous_port") == "748"
+    for value in ("1024", "7471", "65535"):
+        out = sdctl("config", "set", "rendezvous_port", value, check=False)
+        assert out.returncode == 1, value
+        assert out.stderr == (
+            f"sdctl: net.sd.rendezvous_port: invalid value '{value}' (0, or a "
+            "port only root can bind: below "
+            "net.ipv4.ip_unprivileged_port_start, 1024)\n"), out.stderr
+        assert sysctl("rendezvous_port") == "748"
+    sdctl("config", "set", "rendezvous_port", "0")
+
+
 def test_config_set_usage_errors():
     for args in (["config", "set"], ["config", "set", "ring_size"],
                  ["config", "set", "nonexistent", "1"],
