@@ -2449,6 +2449,40 @@ def test_the_server_end_reaches_the_client_monitor_as_close(h):
         got
 
 
+def test_the_other_host_s_connect_rules_see_the_remote_user(h):
+    """An RDMA request carries the connecting task's uid and gid, under its
+    tag: B applies its own connect rules to that user.  With B denying
+    uid 65534 connects, a request for uid 65534 is REFUSED (counted as a
+    denied connect) and one for uid 0 ACCEPTED; a request that claims
+    uid 0 but is sealed for another uid's bytes fails its tag."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    ns(B, SDCTL, "rules", "add", "deny", "dir", "connect", "uid", "65534")
+    db = Counters(B)
+    nobody = rdma_request(PORT, 40001, new_half(), uid=65534, gid=65534)
+    root = rdma_request(PORT, 40002, new_half())
+    got = h.a.call(f"""
+        out = {{"nobody": rdv_exchange({ADDR_B!r}, {RDV_PORT}, {nobody!r})}}
+        # Accepted: the link stays open, its end is ours to make.
+        rdv_open('root', {ADDR_B!r}, {RDV_PORT}, {root!r})
+        out["root"] = rdv_read('root')
+        close('root')
+        # uid 65534 sealed, then changed to 0 on the way: no answer.
+        c = socket.create_connection(({ADDR_B!r}, {RDV_PORT}), timeout=10)
+        s = rdvwire.Session.client_hello(c, rdvwire.KEY)
+        m = bytearray(s.seal({nobody!r}))
+        m[16:24] = bytes(8)
+        c.sendall(bytes(m))
+        out["changed"] = rdvwire.read_msg(c)
+        c.close()
+        return out""", timeout=90)
+    assert got == {"nobody": reply(ST_REFUSED), "root": reply(ST_ACCEPTED),
+                   "changed": b""}, got
+    d = db()
+    assert d.get("denied_connect") == 1 and d.get("rdma_queued") == 1, d
+    assert d.get("rdv_auth_failed") == 1, d
+    ns(B, SDCTL, "rules", "flush")
+
+
 def test_the_monitor_answers_with_the_right_status(h):
     """A good RDMA request to a port without a listener is NO_LISTENER, to
     a listener that does not offer RDMA NO_RDMA, to one an accept rule
