@@ -374,6 +374,12 @@ struct sd_net {
 	struct list_head	rdv_jobs;	/* struct sd_rdv_job */
 	unsigned int		nr_rdv_jobs;
 	bool			rdv_dying;	/* no new jobs: netns exit */
+
+	/* The fabric key (sd_auth.c), never shown: key_fpr stands for it. */
+	spinlock_t		key_lock;	/* key, key_len, key_fpr */
+	u8			key[SD_KEY_MAX_LEN];
+	u8			key_len;	/* 0: no key */
+	u8			key_fpr[SD_KEY_FPR_LEN];
 };
 
 static inline void sd_stat_inc(struct net *net, enum sd_stat stat)
@@ -437,8 +443,8 @@ void sd_conn_peer_gone(struct sock *sk);
 void sd_conn_corrupt(struct sock *sk);
 void sd_wake_peer(struct sock *sk, bool data);
 int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
-			 const struct sd_addr *cli, struct sd_link *link,
-			 const struct sd_rdma_half *half);
+			 const struct sd_addr *cli, kuid_t uid, kgid_t gid,
+			 struct sd_link *link, const struct sd_rdma_half *half);
 void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset);
 void sd_conn_remote_fin(struct sock *sk);
 void sd_conn_bridge_fail(struct sd_conn *conn, u8 side);
@@ -497,7 +503,35 @@ int sd_rule_delete(struct sd_net *sn, u32 id);
 void sd_rules_flush(struct sd_net *sn);
 void sd_current_ids(kuid_t *uid, kgid_t *gid);
 
+/* sd_auth.c: the fabric key, and the sessions of the rendezvous */
+#define SD_RDV_NONCE_LEN	16
+#define SD_RDV_TAG_LEN		32	/* HMAC-SHA256 */
+
+struct crypto_shash;
+
+struct sd_rdv_auth {
+	struct crypto_shash	*tfm;	/* hmac(sha256), the session key */
+	u64			tx_seq;	/* of the next message sent */
+	u64			rx_seq;	/* of the next message received */
+	bool			client;	/* the connecting side */
+};
+
+int sd_rdv_auth_init(struct sd_rdv_auth *a, struct sd_net *sn, bool client,
+		     const u8 *nonce_c, const u8 *nonce_s);
+void sd_rdv_auth_free(struct sd_rdv_auth *a);
+void sd_rdv_auth_move(struct sd_rdv_auth *to, struct sd_rdv_auth *from);
+int sd_rdv_seal(struct sd_rdv_auth *a, void *msg, size_t len);
+bool sd_rdv_check(struct sd_rdv_auth *a, const void *msg, size_t len);
+int sd_key_set(struct sd_net *sn, const u8 *key, unsigned int len);
+int sd_key_del(struct sd_net *sn);
+bool sd_key_get_fpr(struct sd_net *sn, u8 fpr[SD_KEY_FPR_LEN]);
+bool sd_key_present(struct sd_net *sn);
+unsigned int sd_key_copy(struct sd_net *sn, u8 *buf);
+void sd_auth_net_init(struct sd_net *sn);
+void sd_auth_net_exit(struct sd_net *sn);
+
 /* sd_remote.c: rendezvous with other hosts' monitors */
+void sd_remote_key_changed(struct sd_net *sn);
 int sd_remote_init(void);
 void sd_remote_exit(void);
 void sd_remote_net_init(struct net *net, struct sd_net *sn);
@@ -509,8 +543,8 @@ int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
 struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
 			     struct in6_addr *local, u8 *reason);
 int sd_link_request(struct sd_link *link, struct sd_conn *conn,
-		    const struct sd_addr *dst, __be16 sport,
-		    const struct sd_rdma_half *half, u8 *reason);
+		    const struct sd_addr *dst, __be16 sport, kuid_t uid,
+		    kgid_t gid, const struct sd_rdma_half *half, u8 *reason);
 void sd_link_attach(struct sd_link *link, struct sd_conn *conn, u8 side,
 		    const struct sd_rdma_half *half);
 void sd_link_detach(struct sd_link *link, struct sd_conn *conn);

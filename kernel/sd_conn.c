@@ -1124,18 +1124,22 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
  * @net: this netns
  * @srv: the address and port the client dialled
  * @cli: the client's
+ * @uid: the client's task, as the authenticated request says
+ * @gid: likewise
  * @link: the link to the client's monitor, which stands for the client
  * @half: the client's half of the queue pair
  *
  * For the monitor, answering an RDMA request (sd_remote.c), with the
- * link's send_lock held.  Returns 0 when queued, -ENOENT (no AF_SD
- * listener there), -EOPNOTSUPP (the listener offers no RDMA),
- * -ECONNREFUSED (an accept rule), -EAGAIN (its backlog is full) or
- * -ENOMEM.
+ * link's send_lock held.  This host's connect rules see the remote task
+ * (@uid, @gid; local the client's address, remote @srv), as its own
+ * host's did, then the accept rules the listener.  Returns 0 when
+ * queued, -ENOENT (no AF_SD listener there), -EOPNOTSUPP (the listener
+ * offers no RDMA, or a tcp connect rule), -ECONNREFUSED (a connect or
+ * accept rule), -EAGAIN (its backlog is full) or -ENOMEM.
  */
 int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
-			 const struct sd_addr *cli, struct sd_link *link,
-			 const struct sd_rdma_half *half)
+			 const struct sd_addr *cli, kuid_t uid, kgid_t gid,
+			 struct sd_link *link, const struct sd_rdma_half *half)
 {
 	struct sd_conn *conn;
 	struct sd_group *g;
@@ -1143,6 +1147,15 @@ int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
 	struct sd_addr a;
 	int err;
 
+	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, cli, srv)) {
+	case SD_ACTION_ALLOW:
+		break;
+	case SD_ACTION_TCP:
+		return -EOPNOTSUPP;
+	default:
+		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
+		return -ECONNREFUSED;
+	}
 	g = sd_group_lookup(sd_net(net), srv);
 	if (!g)
 		return -ENOENT;
@@ -1258,8 +1271,8 @@ static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
 	 */
 	if (bg)
 		release_sock(sk);
-	err = sd_link_request(link, conn, dst, ss->local.port, ss->rdma_half,
-			      reason);
+	err = sd_link_request(link, conn, dst, ss->local.port, uid, gid,
+			      ss->rdma_half, reason);
 	if (bg)
 		lock_sock(sk);
 	if (err) {

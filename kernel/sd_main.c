@@ -207,6 +207,7 @@ static int __net_init sd_net_init(struct net *net)
 	sn->zerocopy_threshold = 16 * 1024;
 	sn->ring_size_max = 4 * 1024 * 1024;
 	sn->default_policy = SD_ACTION_ALLOW;
+	sd_auth_net_init(sn);
 	sd_remote_net_init(net, sn);
 	return sd_sysctl_register(net, sn);
 }
@@ -220,6 +221,7 @@ static void __net_exit sd_net_exit(struct net *net)
 	mutex_lock(&sn->rules_lock);
 	sd_rules_flush(sn);
 	mutex_unlock(&sn->rules_lock);
+	sd_auth_net_exit(sn);
 }
 
 static struct pernet_operations sd_net_ops = {

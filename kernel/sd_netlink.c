@@ -5,9 +5,9 @@
  * include/uapi/linux/sd.h; Documentation/netlink.rst explains them.
  *
  * Every command has a policy of its own and is validated strictly, so an
- * attribute a command does not take is rejected.  Rule changes need
- * CAP_NET_ADMIN in the user namespace owning the caller's netns
- * (GENL_UNS_ADMIN_PERM).
+ * attribute a command does not take is rejected.  Rule changes and the
+ * fabric key's commands need CAP_NET_ADMIN in the user namespace owning
+ * the caller's netns (GENL_UNS_ADMIN_PERM).
  */
 #include <linux/cred.h>
 #include <linux/pid.h>
@@ -46,6 +46,12 @@ static const struct nla_policy sd_rule_add_policy[SD_A_MAX + 1] = {
 
 static const struct nla_policy sd_rule_del_policy[SD_A_MAX + 1] = {
 	[SD_A_RULE_ID]		= { .type = NLA_U32 },
+};
+
+/* The key's length is the policy's to check: 32 to 64 bytes. */
+static const struct nla_policy sd_key_set_policy[SD_A_MAX + 1] = {
+	[SD_A_KEY]		= NLA_POLICY_RANGE(NLA_BINARY, SD_KEY_MIN_LEN,
+						   SD_KEY_MAX_LEN),
 };
 
 /* Commands that take no attributes at all. */
@@ -561,6 +567,51 @@ err:
 	return -EMSGSIZE;
 }
 
+static int sd_key_set_cmd(struct sk_buff *skb, struct genl_info *info)
+{
+	struct sd_net *sn = sd_net(genl_info_net(info));
+
+	if (GENL_REQ_ATTR_CHECK(info, SD_A_KEY))
+		return -EINVAL;
+	return sd_key_set(sn, nla_data(info->attrs[SD_A_KEY]),
+			  nla_len(info->attrs[SD_A_KEY]));
+}
+
+static int sd_key_del_cmd(struct sk_buff *skb, struct genl_info *info)
+{
+	int err = sd_key_del(sd_net(genl_info_net(info)));
+
+	if (err)
+		NL_SET_ERR_MSG(info->extack, "no key is set");
+	return err;
+}
+
+/* The fingerprint only: the key itself never leaves the kernel. */
+static int sd_key_get_cmd(struct sk_buff *skb, struct genl_info *info)
+{
+	struct sd_net *sn = sd_net(genl_info_net(info));
+	u8 fpr[SD_KEY_FPR_LEN];
+	struct sk_buff *reply;
+	void *hdr;
+
+	reply = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
+	if (!reply)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(reply, info, &sd_genl_family, 0,
+				SD_CMD_KEY_GET);
+	if (!hdr)
+		goto err;
+	if (sd_key_get_fpr(sn, fpr) &&
+	    nla_put(reply, SD_A_KEY_FPR, sizeof(fpr), fpr))
+		goto err;
+	genlmsg_end(reply, hdr);
+	return genlmsg_reply(reply, info);
+
+err:
+	nlmsg_free(reply);
+	return -EMSGSIZE;
+}
+
 static const struct genl_ops sd_genl_ops[] = {
 	{
 		.cmd	= SD_CMD_SOCK_GET,
@@ -606,6 +657,28 @@ static const struct genl_ops sd_genl_ops[] = {
 		.doit	= sd_stats_get,
 		.policy	= sd_none_policy,
 		.maxattr = SD_A_MAX,
+	},
+	{
+		.cmd	= SD_CMD_KEY_SET,
+		.doit	= sd_key_set_cmd,
+		.policy	= sd_key_set_policy,
+		.maxattr = SD_A_MAX,
+		.flags	= GENL_UNS_ADMIN_PERM,
+	},
+	{
+		.cmd	= SD_CMD_KEY_DEL,
+		.doit	= sd_key_del_cmd,
+		.policy	= sd_none_policy,
+		.maxattr = SD_A_MAX,
+		.flags	= GENL_UNS_ADMIN_PERM,
+	},
+	{
+		/* Even a fingerprint is the admin's. */
+		.cmd	= SD_CMD_KEY_GET,
+		.doit	= sd_key_get_cmd,
+		.policy	= sd_none_policy,
+		.maxattr = SD_A_MAX,
+		.flags	= GENL_UNS_ADMIN_PERM,
 	},
 };
 

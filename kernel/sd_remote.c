@@ -36,6 +36,7 @@
 #include <linux/net.h>
 #include <linux/slab.h>
 #include <linux/workqueue.h>
+#include <net/ip.h>
 #include <net/ipv6.h>
 #include <net/sock.h>
 #include <net/tcp.h>
@@ -44,7 +45,7 @@
 
 /* The wire format, network byte order (Documentation/rdma.rst). */
 #define SD_RDV_MAGIC	0x53445256	/* "SDRV" */
-#define SD_RDV_VERSION	2
+#define SD_RDV_VERSION	3
 
 enum {
 	SD_RDV_REQUEST = 1,
@@ -55,7 +56,11 @@ enum {
 	SD_RDV_LEAVE = 6,		/* on a link: the bridge stopped */
 	SD_RDV_MOVE = 7,		/* on a link: its successor's half */
 	SD_RDV_LEFT = 8,		/* on a link: a LEAVE taken */
+	SD_RDV_HELLO = 9,		/* first, each way: a nonce */
 };
+
+/* HELLO flags: the sender holds a fabric key. */
+#define SD_RDV_HELLO_KEYED	BIT(0)
 
 /* Reply status. */
 enum {
@@ -84,11 +89,23 @@ struct sd_rdv_hdr {
 	__be16	len;		/* of the whole message */
 } __packed;
 
+/*
+ * The first message each way, not authenticated: the nonces that key the
+ * session (sd_auth.c).  Every later message ends in its tag.
+ */
+struct sd_rdv_hello {
+	struct sd_rdv_hdr hdr;
+	__be32	flags;		/* SD_RDV_HELLO_* of the sender */
+	__be32	reserved;	/* zero */
+	u8	nonce[SD_RDV_NONCE_LEN];
+} __packed;
+
 struct sd_rdv_request {
 	struct sd_rdv_hdr hdr;
 	__be32	flags;		/* SD_RDV_F_* of the asking side */
 	__be16	dport;		/* the port the client connects to */
 	__be16	reserved;	/* zero */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 struct sd_rdv_reply {
@@ -96,6 +113,7 @@ struct sd_rdv_reply {
 	u8	status;		/* SD_RDV_* */
 	u8	reserved[3];	/* zero */
 	__be32	flags;		/* SD_RDV_F_* of the answering side */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 /* The body of a request is read once the header said which it is. */
@@ -104,12 +122,17 @@ struct sd_rdv_rdma_request {
 	__be32	flags;		/* exactly SD_RDV_F_RDMA */
 	__be16	dport;		/* the port the client connects to */
 	__be16	sport;		/* the client's own port */
+	/* The connecting task's ids, in the sender's netns's user ns. */
+	__be32	uid;
+	__be32	gid;
 	struct sd_rdma_half half;	/* carried as it is */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 struct sd_rdv_half {
 	struct sd_rdv_hdr hdr;
 	struct sd_rdma_half half;
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 struct sd_rdv_close {
@@ -117,6 +140,7 @@ struct sd_rdv_close {
 	u8	how;		/* SD_RDV_CLOSE_* */
 	u8	reserved[3];	/* zero */
 	__be32	reserved2;	/* zero */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 /* Where a bridge that left stopped (struct sd_rdma_move). */
@@ -127,6 +151,7 @@ struct sd_rdv_leave {
 	__be64	copied;
 	__be32	flags;		/* SD_RDMA_MOVE_* */
 	__be32	kept;		/* landed beyond copied, kept */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 /* LEFT: the answer to a LEAVE. */
@@ -134,6 +159,7 @@ struct sd_rdv_left {
 	struct sd_rdv_hdr hdr;
 	__be32	reserved;	/* zero */
 	__be32	reserved2;	/* zero */
+	u8	tag[SD_RDV_TAG_LEN];
 } __packed;
 
 #define SD_RDV_MSG_MAX	sizeof(struct sd_rdv_rdma_request)
@@ -148,6 +174,8 @@ struct sd_link {
 	struct sd_net		*sn;
 	struct mutex		send_lock;	/* messages; sock's release */
 	struct socket		*sock;		/* NULL once released */
+	/* Its rendezvous's session: tx under send_lock, rx rx_work's. */
+	struct sd_rdv_auth	auth;
 	struct work_struct	rx_work;	/* reads what the peer sends */
 	struct work_struct	left_work;	/* sends LEFT */
 	unsigned long		deadline;	/* of the request (jiffies) */
@@ -197,6 +225,7 @@ enum {
 	SD_PEER_NO_SD,		/* no monitor answered */
 	SD_PEER_BROKEN,		/* its port does not speak the protocol */
 	SD_PEER_SD,		/* a monitor; flags say what it offers */
+	SD_PEER_AUTH,		/* a monitor without our key */
 };
 
 struct sd_peer {
@@ -247,7 +276,11 @@ static bool sd_rdv_hdr_ok(const struct sd_rdv_hdr *h, u8 type, size_t len)
 	       ntohs(h->len) == len;
 }
 
-/* Whole-message I/O on a kernel TCP socket, bounded by @deadline. */
+/*
+ * Whole-message I/O on a kernel TCP socket, bounded by @deadline: 0,
+ * -ENODATA (the other side closed before the message), -EPROTO (it closed
+ * in the middle), or the socket's error.
+ */
 static int sd_rdv_io(struct socket *sock, void *buf, size_t len, bool send,
 		     unsigned long deadline)
 {
@@ -267,7 +300,52 @@ static int sd_rdv_io(struct socket *sock, void *buf, size_t len, bool send,
 	}
 	if (ret < 0)
 		return ret;
+	if (!ret && !send)
+		return -ENODATA;	/* closed before a byte */
 	return ret == len ? 0 : -EPROTO;
+}
+
+static bool sd_rdv_hello_ok(const struct sd_rdv_hello *h)
+{
+	return sd_rdv_hdr_ok(&h->hdr, SD_RDV_HELLO, sizeof(*h)) &&
+	       !(ntohl(h->flags) & ~SD_RDV_HELLO_KEYED) && !h->reserved;
+}
+
+/* Seal a whole message (its last SD_RDV_TAG_LEN bytes) and send it. */
+static int sd_rdv_send(struct sd_rdv_auth *a, struct socket *sock, void *msg,
+		       size_t len, unsigned long deadline)
+{
+	int err = sd_rdv_seal(a, msg, len);
+
+	return err ? err : sd_rdv_io(sock, msg, len, true, deadline);
+}
+
+/*
+ * The connecting side's HELLOs: ours goes at once, then the answering
+ * monitor's is read, and the session is keyed.  Returns 0; -ENOKEY when
+ * the other monitor holds no key (or this side lost its own meanwhile);
+ * -EBADMSG when what answered is no monitor of this version; or the I/O's
+ * error (-ENODATA or -EPROTO: it closed before a whole HELLO).
+ */
+static int sd_rdv_hello_client(struct sd_net *sn, struct socket *sock,
+			       struct sd_rdv_auth *a, unsigned long deadline)
+{
+	struct sd_rdv_hello mine = {}, theirs;
+	int err;
+
+	sd_rdv_hdr_init(&mine.hdr, SD_RDV_HELLO, sizeof(mine));
+	mine.flags = htonl(SD_RDV_HELLO_KEYED);
+	get_random_bytes(mine.nonce, sizeof(mine.nonce));
+	err = sd_rdv_io(sock, &mine, sizeof(mine), true, deadline);
+	if (!err)
+		err = sd_rdv_io(sock, &theirs, sizeof(theirs), false, deadline);
+	if (err)
+		return err;
+	if (!sd_rdv_hello_ok(&theirs))
+		return -EBADMSG;
+	if (!(ntohl(theirs.flags) & SD_RDV_HELLO_KEYED))
+		return -ENOKEY;
+	return sd_rdv_auth_init(a, sn, true, mine.nonce, theirs.nonce);
 }
 
 /* ---- the peer cache ------------------------------------------------- */
@@ -347,6 +425,15 @@ static void sd_peers_flush(struct sd_net *sn)
 	spin_unlock(&sn->peers_lock);
 }
 
+/*
+ * The fabric key changed: what was learnt with the old one (a monitor
+ * that would not take our key) may not hold with the new one.
+ */
+void sd_remote_key_changed(struct sd_net *sn)
+{
+	sd_peers_flush(sn);
+}
+
 /* The fallback reason a verdict stands for. */
 static u8 sd_peer_reason(int verdict, u32 flags)
 {
@@ -355,6 +442,8 @@ static u8 sd_peer_reason(int verdict, u32 flags)
 		return SD_FALLBACK_PEER_NO_SD;
 	case SD_PEER_BROKEN:
 		return SD_FALLBACK_HANDSHAKE;
+	case SD_PEER_AUTH:
+		return SD_FALLBACK_AUTH;
 	default:
 		/* No RDMA transport on this side yet (rdma.rst). */
 		return SD_FALLBACK_NO_RDMA;
@@ -469,12 +558,54 @@ static int sd_rdv_dial(struct sd_net *sn, const struct in6_addr *addr,
 	return err;
 }
 
-/* A reply as it must be, whatever its status. */
-static bool sd_rdv_reply_ok(const struct sd_rdv_reply *rep)
+/*
+ * A reply read on the connecting side, in the order that tells what went
+ * wrong: its header (a monitor that does not speak the protocol), its tag
+ * (one that does not hold our key: SD_STAT_RDV_AUTH_FAILED), its fields.
+ * Returns 0, -EBADMSG or -EKEYREJECTED.
+ */
+static int sd_rdv_reply_check(struct net *net, struct sd_rdv_auth *a,
+			      const struct sd_rdv_reply *rep)
 {
-	return sd_rdv_hdr_ok(&rep->hdr, SD_RDV_REPLY, sizeof(*rep)) &&
-	       rep->status && rep->status < __SD_RDV_STATUS_MAX &&
-	       !rep->reserved[0] && !rep->reserved[1] && !rep->reserved[2];
+	if (!sd_rdv_hdr_ok(&rep->hdr, SD_RDV_REPLY, sizeof(*rep)))
+		return -EBADMSG;
+	if (!sd_rdv_check(a, rep, sizeof(*rep))) {
+		sd_stat_inc(net, SD_STAT_RDV_AUTH_FAILED);
+		return -EKEYREJECTED;
+	}
+	if (!rep->status || rep->status >= __SD_RDV_STATUS_MAX ||
+	    rep->reserved[0] || rep->reserved[1] || rep->reserved[2])
+		return -EBADMSG;
+	return 0;
+}
+
+/*
+ * What a failed exchange teaches about the host, on the connecting side,
+ * for an error of sd_rdv_hello_client(), of the request's send or of the
+ * reply's read or check: SD_PEER_AUTH when the other monitor has no key
+ * or not ours (it said so in its HELLO, its reply failed the check, or it
+ * closed without a reply after a HELLO that promised a key: a monitor
+ * drops a request that fails its check), SD_PEER_BROKEN otherwise, or -1
+ * when nothing is to be learnt (a signal, no memory).  @hello: the HELLOs
+ * went through.
+ */
+static int sd_rdv_failed_verdict(int err, bool hello)
+{
+	switch (err) {
+	case -ERESTARTSYS:
+	case -EINTR:
+	case -ENOMEM:
+		return -1;
+	case -ENOKEY:
+	case -EKEYREJECTED:
+		return SD_PEER_AUTH;
+	case -ENODATA:		/* closed without a word */
+	case -ECONNRESET:
+	case -EPIPE:
+		return hello ? SD_PEER_AUTH : SD_PEER_BROKEN;
+	default:
+		return SD_PEER_BROKEN;
+	}
 }
 
 /*
@@ -487,34 +618,47 @@ static int sd_rdv_exchange(struct sd_net *sn, const struct in6_addr *addr,
 {
 	struct net *net = sd_rdv_net(sn);
 	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
+	struct sd_rdv_auth auth = {};
 	struct sd_rdv_request req = {};
 	struct sd_rdv_reply rep;
 	struct socket *sock;
-	int err;
+	bool hello = false;
+	int err, verdict;
 
 	err = sd_rdv_dial(sn, addr, deadline, &sock);
 	if (err)
 		return err == -EHOSTDOWN ? SD_PEER_NO_SD : err;
+	err = sd_rdv_hello_client(sn, sock, &auth, deadline);
+	if (err)
+		goto failed;
+	hello = true;
 	sd_rdv_hdr_init(&req.hdr, SD_RDV_REQUEST, sizeof(req));
 	req.flags = htonl(0);	/* this socket offers no RDMA */
 	req.dport = htons(dport);
-	err = sd_rdv_io(sock, &req, sizeof(req), true, deadline);
+	err = sd_rdv_send(&auth, sock, &req, sizeof(req), deadline);
 	if (!err)
 		err = sd_rdv_io(sock, &rep, sizeof(rep), false, deadline);
-	if (err == -ERESTARTSYS || err == -EINTR) {
-		sd_stat_inc(net, SD_STAT_RDV_FAILED);
-		goto out;
-	}
+	if (!err)
+		err = sd_rdv_reply_check(net, &auth, &rep);
 	/* A plain request gets NO_RDMA, and nothing else. */
-	if (err || !sd_rdv_reply_ok(&rep) || rep.status != SD_RDV_NO_RDMA) {
-		/* Something listens there, but not a monitor we understand. */
-		sd_stat_inc(net, SD_STAT_RDV_FAILED);
-		err = SD_PEER_BROKEN;
-		goto out;
-	}
+	if (!err && rep.status != SD_RDV_NO_RDMA)
+		err = -EBADMSG;
+	if (err)
+		goto failed;
 	*flags = ntohl(rep.flags);
 	err = SD_PEER_SD;
+	goto out;
+
+failed:
+	/* Something listens there, but not a monitor we can talk to. */
+	sd_stat_inc(net, SD_STAT_RDV_FAILED);
+	verdict = sd_rdv_failed_verdict(err, hello);
+	if (verdict >= 0)
+		err = verdict;
+	else if (err == -ERESTARTSYS)
+		err = -EINTR;
 out:
+	sd_rdv_auth_free(&auth);
 	sock_release(sock);
 	return err;
 }
@@ -554,6 +698,11 @@ int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
 
 	if (!READ_ONCE(sn->rdv_port)) {
 		*reason = SD_FALLBACK_REMOTE;
+		return 0;
+	}
+	/* Never unauthenticated: no key, no rendezvous. */
+	if (!sd_key_present(sn)) {
+		*reason = SD_FALLBACK_AUTH;
 		return 0;
 	}
 	verdict = sd_peer_lookup(sn, &dst->addr, &flags);
@@ -606,7 +755,9 @@ static void sd_rdv_sockaddr(const struct sockaddr_storage *ss,
 static void sd_link_rx_work(struct work_struct *work);
 static void sd_link_left_work(struct work_struct *work);
 
-static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock)
+/* A link over @sock, taking the session @auth of its rendezvous. */
+static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock,
+				     struct sd_rdv_auth *auth)
 {
 	struct sd_link *link;
 
@@ -616,6 +767,7 @@ static struct sd_link *sd_link_alloc(struct sd_net *sn, struct socket *sock)
 	refcount_set(&link->ref, 1);
 	link->sn = sn;
 	link->sock = sock;
+	sd_rdv_auth_move(&link->auth, auth);
 	mutex_init(&link->send_lock);
 	spin_lock_init(&link->lock);
 	init_waitqueue_head(&link->wait);
@@ -746,8 +898,8 @@ static void sd_link_left_work(struct work_struct *work)
 	sd_rdv_hdr_init(&msg.hdr, SD_RDV_LEFT, sizeof(msg));
 	mutex_lock(&link->send_lock);
 	if (link->sock && !READ_ONCE(link->ended))
-		sd_rdv_io(link->sock, &msg, sizeof(msg), true,
-			  jiffies + sd_rdv_timeo(link->sn));
+		sd_rdv_send(&link->auth, link->sock, &msg, sizeof(msg),
+			    jiffies + sd_rdv_timeo(link->sn));
 	mutex_unlock(&link->send_lock);
 }
 
@@ -890,6 +1042,12 @@ static void sd_link_rx_work(struct work_struct *work)
 			continue;
 		}
 		link->rxlen = 0;
+		/* Nothing of a message is believed before its tag. */
+		if (!sd_rdv_check(&link->auth, link->rxbuf, want)) {
+			sd_stat_inc(sd_rdv_net(link->sn),
+				    SD_STAT_RDV_AUTH_FAILED);
+			goto bad;
+		}
 		if (!sd_link_handle(link))
 			goto bad;
 	}
@@ -1000,6 +1158,8 @@ static void sd_link_send_close(struct sd_link *link, u8 how)
 		return;
 	sd_rdv_hdr_init(&msg.hdr, SD_RDV_CLOSE, sizeof(msg));
 	msg.how = how;
+	if (sd_rdv_seal(&link->auth, &msg, sizeof(msg)))
+		return;		/* the peer sees the link go instead */
 	kernel_sendmsg(link->sock, &mh, &iov, 1, sizeof(msg));
 }
 
@@ -1040,6 +1200,7 @@ void sd_link_put(struct sd_link *link)
 	if (!refcount_dec_and_test(&link->ref))
 		return;
 	sd_link_release(link, 0);
+	sd_rdv_auth_free(&link->auth);
 	if (link->ev)
 		eventfd_ctx_put(link->ev);
 	mutex_destroy(&link->send_lock);
@@ -1088,8 +1249,8 @@ int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half)
 		goto out;
 	sd_rdv_hdr_init(&msg.hdr, SD_RDV_HALF, sizeof(msg));
 	msg.half = *half;
-	err = sd_rdv_io(link->sock, &msg, sizeof(msg), true,
-			jiffies + sd_rdv_timeo(link->sn));
+	err = sd_rdv_send(&link->auth, link->sock, &msg, sizeof(msg),
+			  jiffies + sd_rdv_timeo(link->sn));
 	if (err) {
 		mutex_unlock(&link->send_lock);
 		sd_link_end(link, true);
@@ -1109,8 +1270,8 @@ static int sd_link_send_locked(struct sd_link *link, void *msg, size_t len)
 	lockdep_assert_held(&link->send_lock);
 	if (READ_ONCE(link->ended) || !link->sock)
 		return -ECONNRESET;
-	return sd_rdv_io(link->sock, msg, len, true,
-			 jiffies + sd_rdv_timeo(link->sn));
+	return sd_rdv_send(&link->auth, link->sock, msg, len,
+			   jiffies + sd_rdv_timeo(link->sn));
 }
 
 /*
@@ -1311,6 +1472,7 @@ struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
 	struct sd_net *sn = sd_net(net);
 	unsigned long deadline = jiffies + sd_rdv_timeo(sn);
 	struct sockaddr_storage ss = {};
+	struct sd_rdv_auth auth = {};
 	struct sd_link *link;
 	struct socket *sock;
 	u32 flags = 0;
@@ -1318,6 +1480,11 @@ struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
 
 	if (!READ_ONCE(sn->rdv_port)) {
 		*reason = SD_FALLBACK_REMOTE;
+		return NULL;
+	}
+	/* Never unauthenticated: no key, no rendezvous. */
+	if (!sd_key_present(sn)) {
+		*reason = SD_FALLBACK_AUTH;
 		return NULL;
 	}
 	verdict = sd_peer_lookup(sn, &dst->addr, &flags);
@@ -1336,19 +1503,32 @@ struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
 		*reason = SD_FALLBACK_HANDSHAKE;
 		return NULL;
 	}
+	err = sd_rdv_hello_client(sn, sock, &auth, deadline);
+	if (err) {
+		sd_stat_inc(net, SD_STAT_RDV_FAILED);
+		verdict = sd_rdv_failed_verdict(err, false);
+		if (verdict >= 0)
+			sd_peer_learn(sn, &dst->addr, verdict, 0);
+		*reason = verdict == SD_PEER_AUTH ? SD_FALLBACK_AUTH :
+						    SD_FALLBACK_HANDSHAKE;
+		sock_release(sock);
+		return NULL;
+	}
 	err = kernel_getsockname(sock, (struct sockaddr *)&ss);
-	if (err < 0) {
-		sock_release(sock);
-		return ERR_PTR(err);
-	}
+	if (err < 0)
+		goto out_release;
 	sd_rdv_sockaddr(&ss, local);
-	link = sd_link_alloc(sn, sock);
-	if (!link) {
-		sock_release(sock);
-		return ERR_PTR(-ENOMEM);
-	}
+	err = -ENOMEM;
+	link = sd_link_alloc(sn, sock, &auth);
+	if (!link)
+		goto out_release;
 	link->deadline = deadline;
 	return link;
+
+out_release:
+	sd_rdv_auth_free(&auth);
+	sock_release(sock);
+	return ERR_PTR(err);
 }
 
 /**
@@ -1357,6 +1537,8 @@ struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
  * @conn: the connection, when it is accepted
  * @dst: where the socket connects to
  * @sport: its own port
+ * @uid: the connecting task's, for the other host's connect rules
+ * @gid: likewise
  * @half: its half of the queue pair
  * @reason: the fallback reason when the answer is TCP
  *
@@ -1365,34 +1547,38 @@ struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
  * *@reason, or -ECONNREFUSED when an accept rule there refused it.
  */
 int sd_link_request(struct sd_link *link, struct sd_conn *conn,
-		    const struct sd_addr *dst, __be16 sport,
-		    const struct sd_rdma_half *half, u8 *reason)
+		    const struct sd_addr *dst, __be16 sport, kuid_t uid,
+		    kgid_t gid, const struct sd_rdma_half *half, u8 *reason)
 {
 	struct sd_net *sn = link->sn;
 	struct net *net = sd_rdv_net(sn);
 	struct sd_rdv_rdma_request req = {};
 	struct sd_rdv_reply rep;
-	int err;
+	int err, verdict;
 
 	sd_rdv_hdr_init(&req.hdr, SD_RDV_RDMA_REQUEST, sizeof(req));
 	req.flags = htonl(SD_RDV_F_RDMA);
 	req.dport = dst->port;
 	req.sport = sport;
+	req.uid = htonl(from_kuid_munged(net->user_ns, uid));
+	req.gid = htonl(from_kgid_munged(net->user_ns, gid));
 	req.half = *half;
-	err = sd_rdv_io(link->sock, &req, sizeof(req), true, link->deadline);
+	/* Alone on the link until sd_link_go(): no send_lock yet. */
+	err = sd_rdv_send(&link->auth, link->sock, &req, sizeof(req),
+			  link->deadline);
 	if (!err)
 		err = sd_rdv_io(link->sock, &rep, sizeof(rep), false,
 				link->deadline);
-	if (err == -ERESTARTSYS || err == -EINTR) {
-		/* Nothing learnt; the TCP connect sees the signal. */
+	if (!err)
+		err = sd_rdv_reply_check(net, &link->auth, &rep);
+	if (err) {
+		/* A signal: nothing learnt; the TCP connect sees it. */
 		sd_stat_inc(net, SD_STAT_RDV_FAILED);
-		*reason = SD_FALLBACK_HANDSHAKE;
-		return 1;
-	}
-	if (err || !sd_rdv_reply_ok(&rep)) {
-		sd_stat_inc(net, SD_STAT_RDV_FAILED);
-		sd_peer_learn(sn, &dst->addr, SD_PEER_BROKEN, 0);
-		*reason = SD_FALLBACK_HANDSHAKE;
+		verdict = sd_rdv_failed_verdict(err, true);
+		if (verdict >= 0)
+			sd_peer_learn(sn, &dst->addr, verdict, 0);
+		*reason = verdict == SD_PEER_AUTH ? SD_FALLBACK_AUTH :
+						    SD_FALLBACK_HANDSHAKE;
 		return 1;
 	}
 	sd_peer_learn(sn, &dst->addr, SD_PEER_SD, ntohl(rep.flags));
@@ -1443,7 +1629,7 @@ static u8 sd_rdv_status(int err)
  */
 static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
 			       const struct sd_rdv_rdma_request *req,
-			       unsigned long deadline)
+			       struct sd_rdv_auth *auth, unsigned long deadline)
 {
 	struct sd_net *sn = job->sn;
 	struct net *net = sd_rdv_net(sn);
@@ -1451,9 +1637,16 @@ static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
 	struct sd_rdv_reply rep = {};
 	struct sd_addr srv, cli;
 	struct sd_link *link;
+	kuid_t uid;
+	kgid_t gid;
 	int err;
 
 	if (ntohl(req->flags) != SD_RDV_F_RDMA)
+		goto failed;
+	/* The connecting task, as the other monitor vouches for it. */
+	uid = make_kuid(net->user_ns, ntohl(req->uid));
+	gid = make_kgid(net->user_ns, ntohl(req->gid));
+	if (!uid_valid(uid) || !gid_valid(gid))
 		goto failed;
 	/* The address the client dialled, and the client's. */
 	if (kernel_getsockname(job->sock, (struct sockaddr *)&ss) < 0)
@@ -1465,7 +1658,7 @@ static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
 	srv.port = req->dport;
 	cli.port = req->sport;
 
-	link = sd_link_alloc(sn, job->sock);
+	link = sd_link_alloc(sn, job->sock, auth);
 	if (!link)
 		goto failed;
 	job->sock = NULL;	/* the link's now */
@@ -1476,11 +1669,13 @@ static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
 	 * follow the reply on the wire.
 	 */
 	mutex_lock(&link->send_lock);
-	err = sd_conn_remote_child(net, &srv, &cli, link, &req->half);
+	err = sd_conn_remote_child(net, &srv, &cli, uid, gid, link,
+				   &req->half);
 	sd_rdv_hdr_init(&rep.hdr, SD_RDV_REPLY, sizeof(rep));
 	rep.status = sd_rdv_status(err);
 	rep.flags = htonl(SD_RDV_F_RDMA);
-	err = sd_rdv_io(link->sock, &rep, sizeof(rep), true, deadline);
+	err = sd_rdv_send(&link->auth, link->sock, &rep, sizeof(rep),
+			  deadline);
 	mutex_unlock(&link->send_lock);
 	if (err && rep.status == SD_RDV_ACCEPTED)
 		/* Queued, but the client never heard: it is reset. */
@@ -1491,6 +1686,38 @@ static void sd_rdv_answer_rdma(struct sd_rdv_job *job,
 
 failed:
 	sd_stat_inc(net, SD_STAT_RDV_FAILED);
+}
+
+/*
+ * The answering side's HELLOs: ours goes at once, with no key flag when
+ * this namespace has no key (the other monitor then falls back to TCP,
+ * reason auth, and this one stops after its HELLO), then the connecting
+ * monitor's is read and the session keyed.  Returns 0 or -errno.
+ */
+static int sd_rdv_hello_server(struct sd_rdv_job *job, struct sd_rdv_auth *a,
+			       unsigned long deadline)
+{
+	struct sd_rdv_hello mine = {}, theirs;
+	bool keyed = sd_key_present(job->sn);
+	int err;
+
+	sd_rdv_hdr_init(&mine.hdr, SD_RDV_HELLO, sizeof(mine));
+	mine.flags = htonl(keyed ? SD_RDV_HELLO_KEYED : 0);
+	get_random_bytes(mine.nonce, sizeof(mine.nonce));
+	err = sd_rdv_io(job->sock, &mine, sizeof(mine), true, deadline);
+	if (!err)
+		err = sd_rdv_io(job->sock, &theirs, sizeof(theirs), false,
+				deadline);
+	if (err)
+		return err;
+	/* A connecting monitor has a key, or it would not have come. */
+	if (!sd_rdv_hello_ok(&theirs) ||
+	    !(ntohl(theirs.flags) & SD_RDV_HELLO_KEYED))
+		return -EBADMSG;
+	/* Its HELLO read, so that our close is no reset that loses ours. */
+	if (!keyed)
+		return -ENOKEY;
+	return sd_rdv_auth_init(a, job->sn, false, theirs.nonce, mine.nonce);
 }
 
 static void sd_rdv_answer_work(struct work_struct *work)
@@ -1504,6 +1731,7 @@ static void sd_rdv_answer_work(struct work_struct *work)
 		struct sd_rdv_request req;
 		struct sd_rdv_rdma_request rdma;
 	} *m;
+	struct sd_rdv_auth auth = {};
 	struct sd_rdv_reply rep = {};
 	size_t len;
 	int err;
@@ -1511,6 +1739,9 @@ static void sd_rdv_answer_work(struct work_struct *work)
 	m = kmalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
 		goto out;
+	err = sd_rdv_hello_server(job, &auth, deadline);
+	if (err)
+		goto failed;
 	/* The header says which request it is; its length must match. */
 	err = sd_rdv_io(job->sock, &m->hdr, sizeof(m->hdr), false, deadline);
 	if (err)
@@ -1527,8 +1758,16 @@ static void sd_rdv_answer_work(struct work_struct *work)
 			len - sizeof(m->hdr), false, deadline);
 	if (err)
 		goto failed;
+	/*
+	 * Nothing of a request is believed before its tag: one that fails
+	 * gets no answer at all, whatever it asked.
+	 */
+	if (!sd_rdv_check(&auth, m, len)) {
+		sd_stat_inc(net, SD_STAT_RDV_AUTH_FAILED);
+		goto out;
+	}
 	if (m->hdr.type == SD_RDV_RDMA_REQUEST) {
-		sd_rdv_answer_rdma(job, &m->rdma, deadline);
+		sd_rdv_answer_rdma(job, &m->rdma, &auth, deadline);
 		goto out;
 	}
 	if (m->req.reserved || ntohl(m->req.flags) & ~SD_RDV_F_RDMA)
@@ -1537,7 +1776,7 @@ static void sd_rdv_answer_work(struct work_struct *work)
 	sd_rdv_hdr_init(&rep.hdr, SD_RDV_REPLY, sizeof(rep));
 	rep.status = SD_RDV_NO_RDMA;
 	rep.flags = htonl(SD_RDV_F_RDMA);
-	err = sd_rdv_io(job->sock, &rep, sizeof(rep), true, deadline);
+	err = sd_rdv_send(&auth, job->sock, &rep, sizeof(rep), deadline);
 	sd_stat_inc(net, err ? SD_STAT_RDV_FAILED : SD_STAT_RDV_ANSWERED);
 	goto out;
 
@@ -1545,6 +1784,7 @@ failed:
 	/* Not one of us, or broken: no answer. */
 	sd_stat_inc(net, SD_STAT_RDV_FAILED);
 out:
+	sd_rdv_auth_free(&auth);
 	kfree(m);
 	sd_rdv_job_done(job);
 }
@@ -1675,21 +1915,41 @@ static void sd_rdv_unlisten(struct sd_net *sn, struct socket *sock)
 	sock_release(sock);
 }
 
+/*
+ * Whether @port may be the rendezvous port of @net: 0 (off), or one that
+ * only root can bind there (below net.ipv4.ip_unprivileged_port_start),
+ * so that no user can answer other hosts' monitors in place of this one
+ * while it is off, nor take the port before it starts.
+ */
+static bool sd_rdv_port_ok(struct net *net, int port)
+{
+	return !port || inet_port_requires_bind_service(net, port);
+}
+
 /**
  * sd_remote_set_port - (re)start or stop the rendezvous listener
  * @sn: the netns's state
  * @port: the new net.sd.rendezvous_port, 0 to stop
  *
  * The new listener starts before the old one goes, so a port that cannot
- * be had leaves everything as it was (and the sysctl write fails).
+ * be had leaves everything as it was (and the sysctl write fails).  A port
+ * any user could bind is refused (-EINVAL, with a line in the kernel log
+ * that says why).
  */
 int sd_remote_set_port(struct sd_net *sn, int port)
 {
+	struct net *net = sd_rdv_net(sn);
 	struct socket *old, *fresh = NULL;
 	int err = 0;
 
 	if (port < 0 || port > 65535)
 		return -EINVAL;
+	if (!sd_rdv_port_ok(net, port)) {
+		pr_warn_ratelimited("af_sd: net.sd.rendezvous_port %d refused: any user may bind it (net.ipv4.ip_unprivileged_port_start is %d); use a port below\n",
+				    port,
+				    READ_ONCE(net->ipv4.sysctl_ip_prot_sock));
+		return -EINVAL;
+	}
 	mutex_lock(&sn->rdv_lock);
 	if (port == sn->rdv_port)
 		goto out;

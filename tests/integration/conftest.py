@@ -72,6 +72,17 @@ def sd_stats(netns=None):
     return {STAT_NAMES[t]: v for t, v in got.items()}
 
 
+def ns_key(netns, key):
+    """Set (bytes) or clear (None) the fabric key of network namespace
+    netns (ip netns's; None: the calling thread's), over generic netlink."""
+    with in_netns(netns) if netns else contextlib.nullcontext():
+        with Genl() as nl:
+            if key is None:
+                nl.key_del()
+            else:
+                nl.key_set(key)
+
+
 class StatsDelta:
     """sdctl's counters since construction: call it for the differences."""
 

@@ -20,13 +20,13 @@ import sys
 import pytest
 
 from conftest import TOP
-from pair_remote import peer_sysctl, stats, sysctl as local_sysctl
+from pair_remote import keys, peer_sysctl, stats, sysctl as local_sysctl
 from peer import Peer
 from xhost import SCENARIOS
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 XHOST = str(TOP / "tests" / "integration" / "xhost.py")
-RDV_PORT = 7471
+RDV_PORT = 748
 MODES = ("tcp", "rdma", "fallback")
 
 # scenario -> {row label: reason}: rows whose values may differ, each with
@@ -43,7 +43,9 @@ def peer():
 
 @pytest.fixture(scope="module")
 def hosts(peer):
-    """Redirection and the rendezvous on both hosts, off again after."""
+    """Redirection, the rendezvous and the same fabric key on both hosts,
+    off again after."""
+    keys(peer)
     for key, value in (("redirect", 1), ("rendezvous_port", RDV_PORT)):
         local_sysctl(key, value)
         peer_sysctl(peer, key, value)
@@ -51,6 +53,7 @@ def hosts(peer):
     for key, value in (("rendezvous_port", 0), ("redirect", 0)):
         local_sysctl(key, value)
         peer_sysctl(peer, key, value)
+    keys(peer, None, None)
 
 
 def run(peer, name, mode, port):

@@ -17,11 +17,12 @@ import zlib
 
 import pytest
 
-from conftest import SDCTL, TOP
+import rdvwire
+from conftest import SDCTL, TOP, ns_key
 from peer import Peer
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
-RDV_PORT = 7471
+RDV_PORT = 748       # only root may bind it (net.sd.rendezvous_port)
 APP_PORT = 9191
 
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
@@ -63,6 +64,19 @@ def peer_sysctl(peer, key, value):
     assert out["rc"] == 0, out
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def keys(peer, key=rdvwire.KEY, peer_key=rdvwire.KEY):
+    """The fabric keys of this host and of the peer (None: none)."""
+    ns_key(None, key)
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); from sdgenl import "
+            f"Genl; k = {peer_key!r}; g = Genl(); "
+            "g.key_set(k) if k else g.key_del()")
+    out = peer.run([sys.executable, "-c", code])
+    assert out["rc"] == 0, out
+
+
 def rendezvous_with(peer):
     """Both monitors on the test's rendezvous port, B's redirecting its
     programs' sockets (A's redirection is the settings fixture's)."""
@@ -83,12 +97,15 @@ def stats(peer=None):
 
 @pytest.fixture
 def settings(peer):
-    """Redirection on here; every rendezvous setting back to off after."""
+    """Redirection on here, the same fabric key on both hosts; every
+    rendezvous setting back to off after, and no key."""
     sysctl("redirect", 1)
+    keys(peer)
     yield
     for key, value in (("rendezvous_port", 0), ("redirect", 0)):
         sysctl(key, value)
         peer_sysctl(peer, key, value)
+    keys(peer, None, None)
 
 
 @pytest.fixture

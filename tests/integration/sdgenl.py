@@ -39,8 +39,9 @@ NLA_F_NESTED = 1 << 15
 # enum sd_cmd
 (SD_CMD_UNSPEC, SD_CMD_SOCK_GET, SD_CMD_LISTENER_GET, SD_CMD_RULE_GET,
  SD_CMD_RULE_ADD, SD_CMD_RULE_DEL, SD_CMD_RULE_FLUSH,
- SD_CMD_STATS_GET) = range(8)
-SD_CMD_MAX = SD_CMD_STATS_GET
+ SD_CMD_STATS_GET, SD_CMD_KEY_SET, SD_CMD_KEY_DEL,
+ SD_CMD_KEY_GET) = range(11)
+SD_CMD_MAX = SD_CMD_KEY_GET
 
 # enum sd_attr
 (SD_A_UNSPEC, SD_A_PAD, SD_A_SOCK_INODE, SD_A_SOCK_STATE, SD_A_SOCK_FAMILY,
@@ -51,8 +52,9 @@ SD_CMD_MAX = SD_CMD_STATS_GET
  SD_A_LISTEN_QUEUED, SD_A_LISTEN_GROUP, SD_A_RULE_ID, SD_A_RULE_POSITION,
  SD_A_RULE_ACTION, SD_A_RULE_DIR, SD_A_RULE_UID_MIN, SD_A_RULE_UID_MAX,
  SD_A_RULE_GID_MIN, SD_A_RULE_GID_MAX, SD_A_RULE_LOCAL, SD_A_RULE_REMOTE,
- SD_A_RULE_HITS, SD_A_RULE_COMMENT, SD_A_STATS) = range(35)
-SD_A_MAX = SD_A_STATS
+ SD_A_RULE_HITS, SD_A_RULE_COMMENT, SD_A_STATS, SD_A_KEY,
+ SD_A_KEY_FPR) = range(37)
+SD_A_MAX = SD_A_KEY_FPR
 
 # enum sd_addr_attr
 (SD_A_ADDR_UNSPEC, SD_A_ADDR_IN6, SD_A_ADDR_PORT, SD_A_ADDR_PREFIX,
@@ -62,6 +64,7 @@ SD_ACTION_ALLOW, SD_ACTION_DENY, SD_ACTION_TCP = 1, 2, 3
 SD_DIR_CONNECT, SD_DIR_ACCEPT, SD_DIR_BIND = 1, 2, 4
 SD_DIR_ALL = 7
 SD_RULE_COMMENT_MAX = 64
+SD_KEY_MIN_LEN, SD_KEY_MAX_LEN, SD_KEY_FPR_LEN = 32, 64, 8
 SD_GENL_VERSION = 1
 
 
@@ -263,6 +266,25 @@ class Genl:
         r = self.request(SD_CMD_RULE_FLUSH)
         if r.err:
             raise OSError(r.err, r.extack)
+
+    def key_set(self, key):
+        r = self.request(SD_CMD_KEY_SET, attr(SD_A_KEY, key))
+        if r.err:
+            raise OSError(r.err, r.extack)
+
+    def key_del(self):
+        """Forget the key; True if there was one."""
+        r = self.request(SD_CMD_KEY_DEL)
+        if r.err and r.err != errno.ENOENT:
+            raise OSError(r.err, r.extack)
+        return not r.err
+
+    def key_fpr(self):
+        """The key's fingerprint, None without a key."""
+        r = self.request(SD_CMD_KEY_GET)
+        if r.err:
+            raise OSError(r.err, r.extack)
+        return parse_attrs(r.replies[0]).get(SD_A_KEY_FPR)
 
 
 def as_nobody(fn):

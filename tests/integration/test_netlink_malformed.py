@@ -12,6 +12,8 @@ without CAP_NET_ADMIN; ENOENT for a rule that does not exist.  It must
 change nothing, must leave no splat (conftest checks the
 kernel log after every test) and must leave the family working."""
 import errno
+import hashlib
+import os
 import random
 import socket
 import struct
@@ -26,6 +28,8 @@ from sdgenl import (NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
                     SD_A_RULE_LOCAL, SD_A_RULE_POSITION, SD_A_RULE_REMOTE,
                     SD_A_RULE_UID_MAX, SD_A_RULE_UID_MIN, SD_A_SOCK_INODE,
                     SD_A_STATS, SD_ACTION_ALLOW, SD_ACTION_DENY, SD_ACTION_TCP,
+                    SD_A_KEY, SD_A_KEY_FPR, SD_CMD_KEY_DEL, SD_CMD_KEY_GET,
+                    SD_CMD_KEY_SET, SD_KEY_FPR_LEN,
                     SD_CMD_LISTENER_GET, SD_CMD_MAX, SD_CMD_RULE_ADD,
                     SD_CMD_RULE_DEL, SD_CMD_RULE_FLUSH, SD_CMD_RULE_GET,
                     SD_CMD_SOCK_GET, SD_CMD_STATS_GET, SD_CMD_UNSPEC,
@@ -49,6 +53,8 @@ def nl():
     g.adds_rules = False
     yield g
     try:
+        # No test leaves a key behind (the fuzz may clear one: none set).
+        assert g.key_fpr() is None, "a test left a fabric key set"
         if not g.adds_rules:
             assert g.rules() == [], "a refused request left a rule behind"
         assert g.stats()                     # a do request still works
@@ -369,6 +375,83 @@ def test_mutating_commands_need_cap_net_admin(nl):
                    "listeners": 0, "stats": 0}
     assert len(nl.rules()) == 1                  # nothing changed
     nl.flush()
+
+
+def test_key_commands_need_cap_net_admin(nl):
+    """Setting, clearing and even looking at the fabric key are the
+    admin's: nobody gets EPERM, before any validation, and changes
+    nothing."""
+    key = os.urandom(32)
+    nl.key_set(key)
+    try:
+        def attempt():
+            with Genl() as g:
+                return {
+                    "set": g.request(SD_CMD_KEY_SET,
+                                     attr(SD_A_KEY, os.urandom(32))).err,
+                    "set_bad": g.request(SD_CMD_KEY_SET,
+                                         attr(SD_A_KEY, b"x")).err,
+                    "del": g.request(SD_CMD_KEY_DEL).err,
+                    "get": g.request(SD_CMD_KEY_GET).err,
+                }
+
+        assert as_nobody(attempt) == {"set": errno.EPERM,
+                                      "set_bad": errno.EPERM,
+                                      "del": errno.EPERM,
+                                      "get": errno.EPERM}
+        assert nl.key_fpr() == hashlib.sha256(key).digest()[:SD_KEY_FPR_LEN]
+    finally:
+        nl.key_del()
+
+
+@pytest.mark.parametrize("length", [0, 1, 31, 65, 200])
+def test_key_of_a_bad_length_is_refused(nl, length):
+    r = refused(nl.request(SD_CMD_KEY_SET, attr(SD_A_KEY, b"k" * length)),
+                BAD_SIZE)
+    assert r.extack, "no extended ACK message"
+    assert nl.key_fpr() is None
+
+
+@pytest.mark.parametrize("body", [
+    b"", attr_u32(SD_A_RULE_ID, 1),
+    attr(SD_A_KEY_FPR, bytes(8)),
+    attr(SD_A_KEY, bytes(32)) + attr_u32(SD_A_RULE_ID, 1),
+], ids=["missing", "other", "fingerprint", "key_and_other"])
+def test_key_set_takes_the_key_and_nothing_else(nl, body):
+    r = refused(nl.request(SD_CMD_KEY_SET, body), errno.EINVAL)
+    if not body:
+        assert r.miss_type == SD_A_KEY, r
+    assert nl.key_fpr() is None
+
+
+@pytest.mark.parametrize("cmd", [SD_CMD_KEY_GET, SD_CMD_KEY_DEL])
+def test_key_get_and_del_take_no_attributes(nl, cmd):
+    nl.key_set(bytes(range(40)))
+    try:
+        refused(nl.request(cmd, attr(SD_A_KEY, bytes(32))), errno.EINVAL)
+        assert nl.key_fpr() == hashlib.sha256(bytes(range(40))).digest()[:8]
+    finally:
+        nl.key_del()
+
+
+def test_key_is_never_given_back(nl):
+    """GET answers with the SHA-256 fingerprint of the key, and no
+    attribute of the reply holds the key or any 8 bytes of it; DEL forgets
+    it (GET then has no fingerprint), and a second DEL is ENOENT."""
+    for key in (os.urandom(32), os.urandom(64)):
+        nl.key_set(key)
+        r = nl.request(SD_CMD_KEY_GET)
+        assert r.err == 0 and len(r.replies) == 1, r
+        got = parse_attrs(r.replies[0])
+        assert set(got) == {SD_A_KEY_FPR}, got
+        assert got[SD_A_KEY_FPR] == hashlib.sha256(key).digest()[:8]
+        for i in range(len(key) - 7):
+            assert key[i:i + 8] not in r.replies[0]
+    assert nl.request(SD_CMD_KEY_DEL).err == 0
+    r = nl.request(SD_CMD_KEY_GET)
+    assert r.err == 0 and parse_attrs(r.replies[0]) == {}, r
+    r = refused(nl.request(SD_CMD_KEY_DEL), errno.ENOENT)
+    assert r.extack, "no extended ACK message"
 
 
 def test_permission_is_checked_before_the_attributes(nl):

@@ -29,16 +29,21 @@ import time
 
 import pytest
 
-from conftest import (SDCTL, netns_del, netns_pair,
+from conftest import (SDCTL, netns_del, netns_pair, ns_key,
                       ns_protocol_sockets, ns_sysctl, nspopen, nsrun, sd_stats,
                       wait_for)
+from rdvwire import (CLOSE_CLEAN, CLOSE_RESET, KEY, MAGIC, OTHER_KEY,
+                     ST_ACCEPTED, ST_BUSY, ST_NO_LISTENER, ST_NO_RDMA,
+                     ST_REFUSED, T_HALF, T_RDMA_REQUEST, T_REPLY, TAG_LEN,
+                     VERSION, close_msg, half_msg, hdr, leave_msg, left_msg,
+                     move_msg, rdma_request, reply, request)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ECHO = os.path.join(HERE, "echo_server.py")
 A, B = "sdrdma-a", "sdrdma-b"
 ADDR_A, ADDR_B = "10.79.0.1", "10.79.0.2"
 VETH_A, VETH_B = "sdrdma0", "sdrdma1"
-RDV_PORT = 7470
+RDV_PORT = 747       # only root may bind it (net.sd.rendezvous_port)
 PORT = 9191
 
 # include/uapi/linux/sd.h
@@ -47,52 +52,22 @@ TRANSPORT_NONE, TRANSPORT_SHM, TRANSPORT_RDMA = 0, 1, 2
 OP_DATA, OP_ROOM, OP_FIN, OP_RESET = 1, 2, 3, 4
 HALF_LEN = 80
 
-# The rendezvous wire format (network byte order).
-MAGIC, VERSION = 0x53445256, 2
-T_REQUEST, T_REPLY, T_RDMA_REQUEST, T_HALF, T_CLOSE = 1, 2, 3, 4, 5
-T_LEAVE, T_MOVE, T_LEFT = 6, 7, 8
-ST_NO_RDMA, ST_ACCEPTED, ST_NO_LISTENER, ST_REFUSED, ST_BUSY = 1, 2, 3, 4, 5
-CLOSE_CLEAN, CLOSE_RESET = 1, 2
-
-
-def hdr(typ, length, magic=MAGIC, version=VERSION):
-    return struct.pack("!IBBH", magic, version, typ, length)
-
-
-def reply(status, flags=1, reserved=b"\0\0\0"):
-    return hdr(T_REPLY, 16) + struct.pack("!B", status) + reserved + \
-        struct.pack("!I", flags)
-
-
-def rdma_request(dport, sport, half, flags=1, **kw):
-    return hdr(T_RDMA_REQUEST, 96, **kw) + \
-        struct.pack("!IHH", flags, dport, sport) + half
-
-
-def half_msg(half):
-    return hdr(T_HALF, 88) + half
-
-
-def close_msg(how, reserved=b"\0\0\0", reserved2=0):
-    return hdr(T_CLOSE, 16) + struct.pack("!B", how) + reserved + \
-        struct.pack("!I", reserved2)
+# The rendezvous wire format, version 3, is rdvwire.py's: each builder
+# gives a message without its tag; whoever sends it seals it.
 
 
 def new_half():
     return os.urandom(HALF_LEN)
 
 
-def leave_msg(sent, took, copied, flags=0, kept=0):
-    return hdr(T_LEAVE, 40) + struct.pack("!QQQII", sent, took, copied,
-                                          flags, kept)
+def send(*msgs):
+    """A fake monitor's step: these messages, each sealed, in one write."""
+    return ["send"] + [m.hex() for m in msgs]
 
 
-def move_msg(half):
-    return hdr(T_MOVE, 88) + half
-
-
-def left_msg():
-    return hdr(T_LEFT, 16) + bytes(8)
+def raw(data):
+    """A fake monitor's step: these bytes as they are."""
+    return ["raw", data.hex()]
 
 
 # ---- the two hosts ----------------------------------------------------------
@@ -174,6 +149,7 @@ AGENT = r'''
 import ctypes, errno, fcntl, json, os, select, socket, struct, sys, threading
 import time, traceback
 sys.path.insert(0, sys.argv[1])
+import rdvwire
 from sdsock import Family, libc, peername, sockname
 
 AF_SD, SOL_SD, SD_PROTO_INET = 18, 0x5344, 0x10002
@@ -493,50 +469,82 @@ def efd_wait(fd, timeout):
     return 0
 
 
-# Plain TCP clients of a monitor (the rendezvous port).
+# Plain TCP clients of a monitor (the rendezvous port), speaking the wire
+# with rdvwire: a HELLO each way, then messages sealed with the session.
 
-def rdv_open(name, addr, port, data=b""):
+def rdv_open(name, addr, port, data=b"", key=None):
+    """A client of the monitor at addr:port, S[name], its HELLOs done; the
+    message data (if any) sent sealed."""
     c = socket.create_connection((addr, port), timeout=10)
-    c.settimeout(None)
+    c.settimeout(10)
     S[name] = c
+    S[name + ".s"] = rdvwire.Session.client_hello(c, key or rdvwire.KEY)
+    c.settimeout(None)
     if data:
-        c.sendall(data)
+        rdv_send(name, data)
 
 
-def rdv_read(name, n, timeout=10):
-    """n bytes, or fewer if the other side closes first."""
+def rdv_send(name, msg, how="seal"):
+    """One message on S[name]: sealed, "raw" as it is, with a "zerotag",
+    or "seq0": sealed with the number the request had (a replay's)."""
+    sess = S[name + ".s"]
+    if how == "seal":
+        data = sess.seal(msg)
+    elif how == "zerotag":
+        data = msg + bytes(rdvwire.TAG_LEN)
+    elif how == "seq0":
+        data = msg + sess.mac(b"C", 0, msg)
+    else:
+        data = msg
+    S[name].sendall(data)
+
+
+def rdv_read(name, timeout=10):
+    """The next message, its tag checked and taken off; or what came
+    before the end, marked."""
     timeo(name, timeout)
-    got = b""
-    while len(got) < n:
-        d = S[name].recv(n - len(got))
-        if not d:
-            break
-        got += d
-    return got
+    msg = rdvwire.read_msg(S[name])
+    body = S[name + ".s"].open(msg)
+    return body if body is not None else ("unsealed", msg)
 
 
 def rdv_drain(name, timeout=10):
-    """Everything until the end: (bytes, 'eof' or the errno name)."""
+    """Everything until the end: (the messages, their tags checked and
+    taken off, then any bytes that were not such a message; 'eof' or the
+    errno name)."""
     timeo(name, timeout)
     got = b""
     while True:
         try:
             d = S[name].recv(65536)
         except OSError as e:
-            return got, ename(e)
+            end = ename(e)
+            break
         if not d:
-            return got, "eof"
+            end = "eof"
+            break
         got += d
+    msgs, rest = rdvwire.split(got)
+    out = b""
+    for m in msgs:
+        body = S[name + ".s"].open(m)
+        if body is None:
+            return out + m + rest, end
+        out += body
+    return out + rest, end
 
 
-def rdv_exchange(addr, port, data, timeout=15):
-    """Send data, shut down writing, read until the end; the bytes."""
+def rdv_exchange(addr, port, data, timeout=15, key=None, how="seal"):
+    """HELLOs, then data (sealed unless how is "raw"), shut down writing,
+    read until the end; the messages that came, unsealed."""
     c = socket.create_connection((addr, port), timeout=10)
     got = b""
     try:
         c.settimeout(timeout)
         try:
-            c.sendall(data)
+            sess = rdvwire.Session.client_hello(c, key or rdvwire.KEY)
+            if data:
+                c.sendall(sess.seal(data) if how == "seal" else data)
             c.shutdown(socket.SHUT_WR)
             while True:
                 d = c.recv(65536)
@@ -551,7 +559,12 @@ def rdv_exchange(addr, port, data, timeout=15):
                 raise
     finally:
         c.close()
-    return got
+    msgs, rest = rdvwire.split(got)
+    out = b""
+    for m in msgs:
+        body = sess.open(m)
+        out += body if body is not None else b"unsealed:" + m
+    return out + rest
 
 
 def _enc(o):
@@ -721,7 +734,10 @@ class Agent:
 
 FAKE_MONITOR = r'''
 import errno, json, os, socket, sys, threading, time
+sys.path.insert(0, sys.argv[4])
+import rdvwire as w
 port, plans = int(sys.argv[1]), json.loads(sys.argv[2])
+key = bytes.fromhex(sys.argv[3])
 lock = threading.Lock()
 
 
@@ -730,26 +746,32 @@ def emit(**kw):
         print(json.dumps(kw), flush=True)
 
 
-def read_exact(c, n):
-    got = b""
-    while len(got) < n:
-        d = c.recv(n - len(got))
-        if not d:
-            break
-        got += d
-    return got
-
-
 def serve(i, c):
     plan = plans[min(i, len(plans) - 1)]
+    buf = b""
     try:
-        head = read_exact(c, 8)
-        n = int.from_bytes(head[6:8], "big") if len(head) == 8 else 8
-        rest = read_exact(c, min(max(n, 8), 4096) - 8)
-        emit(conn=i, req=(head + rest).hex())
+        sess = w.Session.server_hello(c, key)
+        req = w.read_msg(c)
+        body = sess.open(req)
+        if body is None:
+            emit(conn=i, req=req.hex(), unsealed=True)
+        else:
+            emit(conn=i, req=body.hex())
         for op in plan:
             if op[0] == "send":
+                c.sendall(b"".join(sess.seal(bytes.fromhex(m))
+                                   for m in op[1:]))
+            elif op[0] == "raw":
                 c.sendall(bytes.fromhex(op[1]))
+            elif op[0] == "zerotag":
+                c.sendall(bytes.fromhex(op[1]) + bytes(w.TAG_LEN))
+            elif op[0] == "reflect":
+                # Sealed in the client's direction, with our next number.
+                m = bytes.fromhex(op[1])
+                c.sendall(m + sess.mac(b"C", sess.tx, m))
+                sess.tx += 1
+            elif op[0] == "skip":
+                sess.seal(b"")          # a number never sent
             elif op[0] == "noise":
                 c.sendall(os.urandom(op[1]))
             elif op[0] == "sleep":
@@ -766,11 +788,20 @@ def serve(i, c):
         while True:
             d = c.recv(65536)
             if not d:
+                if buf:
+                    emit(conn=i, got=buf.hex())
                 emit(conn=i, end="eof")
                 return
-            emit(conn=i, got=d.hex())
-    except OSError as e:
-        emit(conn=i, end=errno.errorcode.get(e.errno, str(e.errno)))
+            buf += d
+            msgs, buf = w.split(buf)
+            for m in msgs:
+                body = sess.open(m)
+                emit(conn=i, got=(body if body is not None else m).hex())
+    except (OSError, ValueError) as e:
+        if buf:
+            emit(conn=i, got=buf.hex())
+        emit(conn=i, end=errno.errorcode.get(getattr(e, "errno", None),
+                                             str(e)))
     finally:
         c.close()
 
@@ -787,15 +818,18 @@ while True:
 
 class FakeMonitor:
     """plans: for each connection it accepts (the last plan repeats), what
-    to do after reading the request: ["send", hex], ["noise", n],
+    to do after the HELLOs (with key) and reading the request: ["send",
+    hex, ...] (each message sealed), ["raw", hex], ["zerotag", hex] (a
+    message with a tag of zeros), ["reflect", hex] (sealed in the client's
+    direction), ["skip"] (a number of ours never sent), ["noise", n],
     ["sleep", s], ["wait", path] (until the file exists), ["close"]; then
-    it reads (and reports) until the end."""
+    it reads (and reports, each message unsealed) until the end."""
 
-    def __init__(self, plans):
+    def __init__(self, plans, key=KEY):
         self.events = []
         self.cond = threading.Condition()
         self.p = nspopen(B, sys.executable, "-c", FAKE_MONITOR,
-                         str(RDV_PORT), json.dumps(plans),
+                         str(RDV_PORT), json.dumps(plans), key.hex(), HERE,
                          stdout=subprocess.PIPE, text=True)
         first = self.p.stdout.readline()
         assert "ready" in first, f"the fake monitor did not start: {first!r}"
@@ -849,6 +883,7 @@ class Hosts:
             # The guest is slow (TCG): a generous bound for a rendezvous.
             setting(n, redirect=1, rendezvous_timeout_ms=10000,
                     rendezvous_port=RDV_PORT)
+            ns_key(n, KEY)
         # Both agents start at once: a Python start is seconds on the
         # debug kernel.
         self.a = self.agent(A, "a", wait=False)
@@ -867,11 +902,11 @@ class Hosts:
         self.procs.append(p)
         assert p.stdout.readline().strip() == "ready"
 
-    def fake_monitor(self, plans):
+    def fake_monitor(self, plans, key=KEY):
         """B's monitor off and a fake one in its place; A asks every time."""
         setting(B, "rendezvous_port", 0)
         setting(A, "peer_cache_seconds", 0)
-        fake = FakeMonitor(plans)
+        fake = FakeMonitor(plans, key)
         self.procs.append(fake.p)
         return fake
 
@@ -1606,6 +1641,7 @@ def test_two_ends_that_leave_at_once_move_one_after_the_other(h):
     stopped; A's reads nothing.  Then as for one end at a time."""
     counters, at, bt = both_held(h)
     ns(A, "ip", "link", "set", "dev", VETH_A, "down")
+    down_at = time.monotonic()
     try:
         wa = h.a.start(f"return E(leave, 'c', {at!r})")
         wb = h.b.start(f"return E(leave, 's', {bt!r})")
@@ -1614,7 +1650,9 @@ def test_two_ends_that_leave_at_once_move_one_after_the_other(h):
         assert not wa.done() and not wb.done(), (wa.reply, wb.reply)
     finally:
         ns(A, "ip", "link", "set", "dev", VETH_A, "up")
-    assert wb.outcome(20) == "EAGAIN"
+    down = time.monotonic() - down_at
+    assert wb.outcome(20) == "EAGAIN", \
+        (wa.outcome(20), round(down, 1), counters[0](), counters[1]())
     assert wa.outcome(20) == "OK"
     got_a, got_b = counters[0](), counters[1]()
     assert got_a.get("rdma_moves") == 1 and got_a.get("rdma_moves_crossed") == 1, got_a
@@ -1878,38 +1916,37 @@ def test_namespaces_go_with_rdma_connections_in_place(h):
 
 # ---- hostile monitors (a fake one in b) -------------------------------------
 
+ACC = reply(ST_ACCEPTED)
 HOSTILE_AFTER_ACCEPT = {
-    "close_at_once": [["send", reply(ST_ACCEPTED).hex()], ["close"]],
-    "garbage": [["send", reply(ST_ACCEPTED).hex()],
-                ["send", os.urandom(64).hex()]],
-    "half_wrong_length": [["send", (reply(ST_ACCEPTED) + hdr(T_HALF, 80) +
-                                    new_half()).hex()]],
-    "two_halves": [["send", reply(ST_ACCEPTED).hex()],
-                   ["send", (half_msg(new_half()) +
-                             half_msg(new_half())).hex()]],
-    "close_unknown_how": [["send", (reply(ST_ACCEPTED) + close_msg(3)).hex()]],
-    "leave_before_half": [["send", (reply(ST_ACCEPTED) +
-                                    leave_msg(0, 0, 0)).hex()]],
-    "move_without_leave": [["send", reply(ST_ACCEPTED).hex()],
-                           ["send", (half_msg(new_half()) +
-                                     move_msg(new_half())).hex()]],
-    "leave_unknown_flags": [["send", reply(ST_ACCEPTED).hex()],
-                            ["send", (half_msg(new_half()) +
-                                      leave_msg(9, 8, 7, flags=4)).hex()]],
-    "leave_took_beyond_sent": [["send", reply(ST_ACCEPTED).hex()],
-                               ["send", (half_msg(new_half()) +
-                                         leave_msg(9, 10, 7)).hex()]],
-    "leave_kept_beyond_1mib": [["send", reply(ST_ACCEPTED).hex()],
-                               ["send", (half_msg(new_half()) +
-                                         leave_msg(9, 8, 7, kept=(1 << 20) + 1)).hex()]],
-    "move_twice": [["send", reply(ST_ACCEPTED).hex()],
-                   ["send", (half_msg(new_half()) + leave_msg(9, 8, 7) +
-                             move_msg(new_half()) +
-                             move_msg(new_half())).hex()]],
-    "left_unasked": [["send", reply(ST_ACCEPTED).hex()],
-                     ["send", (half_msg(new_half()) + left_msg()).hex()]],
-    "noise_1mib": [["send", reply(ST_ACCEPTED).hex()], ["noise", 1 << 20]],
+    "close_at_once": [send(ACC), ["close"]],
+    "garbage": [send(ACC), raw(os.urandom(64))],
+    "half_wrong_length": [send(ACC, hdr(T_HALF, 80) + new_half())],
+    "two_halves": [send(ACC), send(half_msg(new_half()),
+                                   half_msg(new_half()))],
+    "close_unknown_how": [send(ACC, close_msg(3))],
+    "leave_before_half": [send(ACC, leave_msg(0, 0, 0))],
+    "move_without_leave": [send(ACC), send(half_msg(new_half()),
+                                           move_msg(new_half()))],
+    "leave_unknown_flags": [send(ACC), send(half_msg(new_half()),
+                                            leave_msg(9, 8, 7, flags=4))],
+    "leave_took_beyond_sent": [send(ACC), send(half_msg(new_half()),
+                                               leave_msg(9, 10, 7))],
+    "leave_kept_beyond_1mib": [send(ACC), send(half_msg(new_half()),
+                                               leave_msg(9, 8, 7,
+                                                         kept=(1 << 20) + 1))],
+    "move_twice": [send(ACC), send(half_msg(new_half()), leave_msg(9, 8, 7),
+                                   move_msg(new_half()),
+                                   move_msg(new_half()))],
+    "left_unasked": [send(ACC), send(half_msg(new_half()), left_msg())],
+    "noise_1mib": [send(ACC), ["noise", 1 << 20]],
+    # Messages whose tag does not check (rdv_auth_failed).
+    "half_zero_tag": [send(ACC), ["zerotag", half_msg(new_half()).hex()]],
+    "half_reflected": [send(ACC), ["reflect", half_msg(new_half()).hex()]],
+    "half_out_of_order": [send(ACC), ["skip"], send(half_msg(new_half()))],
+    "close_zero_tag": [send(ACC), ["zerotag", close_msg(CLOSE_CLEAN).hex()]],
 }
+AUTH_FAILS_AFTER_ACCEPT = {"half_zero_tag", "half_reflected",
+                           "half_out_of_order", "close_zero_tag"}
 
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_AFTER_ACCEPT))
@@ -1919,6 +1956,7 @@ def test_hostile_monitor_after_accepting(h, case):
     is reset within a few seconds; once the client closes, its monitor
     lets go of the link."""
     fake = h.fake_monitor([HOSTILE_AFTER_ACCEPT[case]])
+    da = Counters(A)
     ha = new_half()
     cport = h.a.call(f"return dial('c', {ADDR_B!r}, {PORT}, half={ha!r})")
     assert fake.request(0) == rdma_request(PORT, cport, ha)
@@ -1926,28 +1964,44 @@ def test_hostile_monitor_after_accepting(h, case):
     assert waiting.err(25) == "ECONNRESET"
     assert waiting.elapsed < 10, waiting.elapsed
     peer = h.a.start("return peer_half('c', timeout=5)").outcome(10)
-    if len(HOSTILE_AFTER_ACCEPT[case]) > 1 and \
-            HOSTILE_AFTER_ACCEPT[case][1][0] == "send" and \
-            bytes.fromhex(HOSTILE_AFTER_ACCEPT[case][1][1])[5] == T_HALF:
-        first = bytes.fromhex(HOSTILE_AFTER_ACCEPT[case][1][1])[8:88]
+    plan = HOSTILE_AFTER_ACCEPT[case]
+    second = plan[1] if len(plan) > 1 else ["none", "00" * 8]
+    if case in AUTH_FAILS_AFTER_ACCEPT:
+        # Nothing of a message whose tag fails is believed.
+        assert peer == "ECONNRESET", peer
+        assert da().get("rdv_auth_failed") == 1, da()
+    elif second[0] == "send" and bytes.fromhex(second[1])[5] == T_HALF:
+        first = bytes.fromhex(second[1])[8:88]
         assert peer in (first, "ECONNRESET"), peer
     else:
         assert peer == "ECONNRESET", peer
+    if case not in AUTH_FAILS_AFTER_ACCEPT:
+        assert "rdv_auth_failed" not in da(), da()
     h.a.call("close('c')")
     if case != "close_at_once":
         _, end = fake.stream(0, timeout=10)
         assert end != "closed", end
 
 
+REP_LEN = 16 + TAG_LEN
 MALFORMED_REPLIES = {
-    "bad_magic": hdr(T_REPLY, 16, magic=MAGIC ^ 1) + reply(ST_ACCEPTED)[8:],
-    "bad_version": hdr(T_REPLY, 16, version=VERSION + 1) + reply(ST_ACCEPTED)[8:],
-    "bad_type": hdr(T_HALF, 16) + reply(ST_ACCEPTED)[8:],
-    "bad_length": hdr(T_REPLY, 96) + reply(ST_ACCEPTED)[8:] + bytes(80),
-    "status_0": reply(0),
-    "status_6": reply(6),
-    "reserved_set": reply(ST_ACCEPTED, reserved=b"\0\0\1"),
-    "short": reply(ST_ACCEPTED)[:12],
+    "bad_magic": send(hdr(T_REPLY, REP_LEN, magic=MAGIC ^ 1) + ACC[8:]),
+    "bad_version": send(hdr(T_REPLY, REP_LEN, version=VERSION + 1) +
+                        ACC[8:]),
+    "bad_type": send(hdr(T_HALF, REP_LEN) + ACC[8:]),
+    "bad_length": send(hdr(T_REPLY, 96 + TAG_LEN) + ACC[8:] + bytes(80)),
+    "status_0": send(reply(0)),
+    "status_6": send(reply(6)),
+    "reserved_set": send(reply(ST_ACCEPTED, reserved=b"\0\0\1")),
+    "short": raw(ACC[:12]),
+}
+
+# Replies whose tag does not check: TCP, reason auth, and rdv_auth_failed.
+FORGED_REPLIES = {
+    "zero_tag": [["zerotag", ACC.hex()]],
+    "random_tag": [raw(ACC + os.urandom(TAG_LEN))],
+    "reflected": [["reflect", ACC.hex()]],
+    "out_of_order": [["skip"], send(ACC)],
 }
 
 
@@ -1958,7 +2012,7 @@ def test_malformed_replies_fall_back_with_reason_handshake(h):
     through a plain TCP server."""
     h.echo_server()
     names = sorted(MALFORMED_REPLIES)
-    fake = h.fake_monitor([[["send", MALFORMED_REPLIES[n].hex()]] +
+    fake = h.fake_monitor([[MALFORMED_REPLIES[n]] +
                            ([["close"]] if n == "short" else [])
                            for n in names])
     da = Counters(A)
@@ -1980,12 +2034,58 @@ def test_malformed_replies_fall_back_with_reason_handshake(h):
     assert "rdma_connects" not in got, got
 
 
+def test_forged_replies_fall_back_with_reason_auth(h):
+    """An ACCEPTED whose tag does not check (zeros, random, sealed in the
+    client's direction, the monitor's second number first) is not
+    believed: the connect falls back to TCP at once, reason auth, counted
+    in rdv_auth_failed; nothing is connected over RDMA; the bytes echo
+    through a plain TCP server."""
+    h.echo_server()
+    names = sorted(FORGED_REPLIES)
+    fake = h.fake_monitor([FORGED_REPLIES[n] for n in names])
+    da = Counters(A)
+    bad = {}
+    for i, n in enumerate(names):
+        job = h.a.start(f"""
+            dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))
+            return [kind('c{i}'), echo('c{i}')]""")
+        out = job.outcome(30)
+        fake.request(i)
+        if out != ["tcp", True] or job.elapsed > 5:
+            bad[n] = (out, round(job.elapsed, 1))
+    assert not bad, bad
+    reasons = [e.get("fallback") for e in sockets_to(A, ADDR_B, PORT)]
+    assert reasons == ["auth"] * len(names), reasons
+    got = da()
+    assert fallbacks(got) == {"fallback_auth": len(names)}, got
+    assert got.get("rdv_auth_failed") == len(names), got
+    assert "rdma_connects" not in got, got
+
+
+def test_a_monitor_with_another_key_means_tcp_with_reason_auth(h):
+    """B's monitor (a fake) holds another key: its reply fails A's check;
+    A falls back to TCP, reason auth, and the bytes echo."""
+    h.echo_server()
+    fake = h.fake_monitor([[send(ACC), ["close"]]], key=OTHER_KEY)
+    da = Counters(A)
+    out = h.a.call(f"""
+        dial('c', {ADDR_B!r}, {PORT}, half=os.urandom(80))
+        return [kind('c'), echo('c')]""", timeout=30)
+    assert out == ["tcp", True], out
+    # The fake could not check A's request either.
+    assert fake.request(0)
+    assert one(sockets_to(A, ADDR_B, PORT)).get("fallback") == "auth"
+    got = da()
+    assert fallbacks(got) == {"fallback_auth": 1}, got
+    assert got.get("rdv_auth_failed") == 1, got
+
+
 def test_each_answer_of_a_monitor_is_obeyed(h):
     """NO_RDMA, NO_LISTENER and BUSY from the (fake) monitor are fallbacks
     with their reasons; REFUSED is ECONNREFUSED, with no fallback."""
     h.echo_server()
     statuses = [ST_NO_RDMA, ST_NO_LISTENER, ST_BUSY, ST_REFUSED]
-    h.fake_monitor([[["send", reply(st).hex()], ["close"]] for st in statuses])
+    h.fake_monitor([[send(reply(st)), ["close"]] for st in statuses])
     da = Counters(A)
     out = [h.a.start(f"""
         dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))
@@ -2022,8 +2122,8 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
     hb = new_half()
     st = NONBLOCKING_ANSWERS[answer]
     plan = [["wait", str(go)],
-            ["send", (reply(st) + (half_msg(hb) if answer == "accepted"
-                                   else b"")).hex()]]
+            send(reply(st), *([half_msg(hb)] if answer == "accepted"
+                              else []))]
     if answer == "no_rdma":
         h.echo_server()
         plan.append(["close"])
@@ -2036,7 +2136,8 @@ def test_nonblocking_connect_does_not_wait_for_the_rendezvous(h, tmp_path,
         return Family.connect(S['c'], {ADDR_B!r}, {PORT})""")
     assert got == "EINPROGRESS", got
     req = fake.request(0)
-    assert req[:14] == rdma_request(PORT, 0, ha)[:14] and req[16:] == ha, req
+    assert req[:14] == rdma_request(PORT, 0, ha)[:14] and \
+        req[16:] == rdma_request(PORT, 0, ha)[16:], req
     assert h.a.call("""
         s = S['c']
         return [select.select([s], [s], [s], 0) == ([], [], []),
@@ -2099,7 +2200,7 @@ def test_a_background_fallback_never_polls_hung_up(h, tmp_path):
     n = 10
     h.echo_server()
     fake = h.fake_monitor([[["wait", str(tmp_path / f"go{i}")],
-                            ["send", reply(ST_NO_RDMA).hex()], ["close"]]
+                            send(reply(ST_NO_RDMA)), ["close"]]
                            for i in range(n)])
     da = Counters(A)
     for i in range(n):
@@ -2138,8 +2239,7 @@ def test_shutdown_while_the_rendezvous_is_on_its_way(h, tmp_path):
     go = tmp_path / "go"
     hb = new_half()
     fake = h.fake_monitor([[["wait", str(go)],
-                            ["send", (reply(ST_ACCEPTED) +
-                                      half_msg(hb)).hex()]]])
+                            send(reply(ST_ACCEPTED), half_msg(hb))]])
     got = h.a.call(f"""
         S['c'] = rsock(half={new_half()!r})
         S['c'].setblocking(False)
@@ -2168,8 +2268,7 @@ def test_blocking_connect_leaves_the_socket_to_other_threads(h, tmp_path):
     go = tmp_path / "go"
     hb = new_half()
     fake = h.fake_monitor([[["wait", str(go)],
-                            ["send", (reply(ST_ACCEPTED) +
-                                      half_msg(hb)).hex()]]])
+                            send(reply(ST_ACCEPTED), half_msg(hb))]])
     h.a.call(f"S['c'] = rsock(half={new_half()!r})")
     conn = h.a.start(f"return Family.connect(S['c'], {ADDR_B!r}, {PORT})")
     fake.request(0)
@@ -2198,8 +2297,7 @@ def test_close_while_the_rendezvous_is_on_its_way(h, tmp_path):
     check, the harness's kernel log and kmemleak checks)."""
     go = tmp_path / "go"
     fake = h.fake_monitor([[["wait", str(go)],
-                            ["send", (reply(ST_ACCEPTED) +
-                                      half_msg(new_half())).hex()]]])
+                            send(reply(ST_ACCEPTED), half_msg(new_half()))]])
     assert h.a.call(f"""
         S['c'] = rsock(half=os.urandom(80))
         S['c'].setblocking(False)
@@ -2215,8 +2313,8 @@ def test_a_half_and_a_clean_close_in_one_write(h):
     """ACCEPTED, HALF and CLOSE(clean) arrive together: the client gets the
     half, then the end of the stream."""
     hb = new_half()
-    h.fake_monitor([[["send", (reply(ST_ACCEPTED) + half_msg(hb) +
-                               close_msg(CLOSE_CLEAN)).hex()]]])
+    h.fake_monitor([[send(reply(ST_ACCEPTED), half_msg(hb),
+                          close_msg(CLOSE_CLEAN))]])
     h.a.call(f"dial('c', {ADDR_B!r}, {PORT}, half=os.urandom(80))")
     assert h.a.call("return peer_half('c', timeout=10)") == hb
     assert h.a.call("return recv('c', timeout=10)") == b""
@@ -2240,8 +2338,7 @@ def test_the_client_end_reaches_the_monitor_as_close(h):
     with how 2, or a TCP reset of the link) for SO_LINGER {1, 0} and for a
     close with bytes never carried."""
     hb = new_half()
-    fake = h.fake_monitor([[["send", (reply(ST_ACCEPTED) +
-                                      half_msg(hb)).hex()]]])
+    fake = h.fake_monitor([[send(reply(ST_ACCEPTED), half_msg(hb))]])
     cases = [("close", ""), ("linger0", "linger0('c1')"),
              ("unsent", "S['c2'].send(b'x' * 100)")]
     got = {}
@@ -2257,14 +2354,14 @@ def test_the_client_end_reaches_the_monitor_as_close(h):
 # ---- hostile clients of b's real monitor (from a, on the wire) --------------
 
 def _good_body(half):
-    return struct.pack("!IHH", 1, PORT, 40000) + half
+    return struct.pack("!IHHII", 1, PORT, 40000, 0, 0) + half
 
 
 _H = new_half()
 MALFORMED_REQUESTS = {
     "empty": b"",
     "short": rdma_request(PORT, 40000, _H)[:50],
-    "length_95": hdr(T_RDMA_REQUEST, 95) + _good_body(_H),
+    "length_short_by_1": hdr(T_RDMA_REQUEST, 135) + _good_body(_H),
     "length_16": hdr(T_RDMA_REQUEST, 16) + _good_body(_H)[:8],
     "length_max": hdr(T_RDMA_REQUEST, 0xFFFF) + _good_body(_H),
     "flags_0": rdma_request(PORT, 40000, _H, flags=0),
@@ -2273,17 +2370,18 @@ MALFORMED_REQUESTS = {
     "bad_magic": rdma_request(PORT, 40000, _H, magic=MAGIC + 1),
     "version_0": rdma_request(PORT, 40000, _H, version=0),
     "version_next": rdma_request(PORT, 40000, _H, version=VERSION + 1),
-    "reply_type": hdr(T_REPLY, 96) + _good_body(_H),
+    "reply_type": hdr(T_REPLY, 136) + _good_body(_H),
     "half_first": half_msg(_H),
     "close_first": close_msg(CLOSE_CLEAN),
 }
 
 
 def test_monitor_closes_malformed_rdma_requests_silently(h):
-    """Each malformed RDMA request is closed without an answer and counted
-    as failed, queues nothing; then a good one is ACCEPTED (the real
-    monitor says it can do RDMA) and its socket appears at the listener,
-    with the request's half and the client's address and declared port."""
+    """Each malformed RDMA request (sealed: its tag checks) is closed
+    without an answer and counted as failed, queues nothing; then a good
+    one is ACCEPTED (the real monitor says it can do RDMA) and its socket
+    appears at the listener, with the request's half and the client's
+    address and declared port."""
     h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
     db = Counters(B)
     got = h.a.call(f"""
@@ -2294,12 +2392,13 @@ def test_monitor_closes_malformed_rdma_requests_silently(h):
     d = db()
     assert d.get("rdv_failed") == len(MALFORMED_REQUESTS), d
     assert "rdv_answered" not in d and "rdma_queued" not in d, d
+    assert "rdv_auth_failed" not in d, d
     assert not h.b.call("return pending()")
 
     half = new_half()
     h.a.call(f"rdv_open('link', {ADDR_B!r}, {RDV_PORT}, "
              f"{rdma_request(PORT, 40000, half)!r})")
-    assert h.a.call("return rdv_read('link', 16)") == \
+    assert h.a.call("return rdv_read('link')") == \
         reply(ST_ACCEPTED, flags=1)
     h.b.call("accept('s')")
     assert h.b.call("return transport('s')") == TRANSPORT_RDMA
@@ -2310,45 +2409,59 @@ def test_monitor_closes_malformed_rdma_requests_silently(h):
 
 
 LINK_ENDS = {
-    # what the fake client does after B's HALF: (bytes or None to close
-    # the link, what the accepted socket's recv then gives)
-    "close_clean": (close_msg(CLOSE_CLEAN), b""),
-    "close_reset": (close_msg(CLOSE_RESET), "ECONNRESET"),
-    "close_unknown_how": (close_msg(7), "ECONNRESET"),
-    "close_reserved_set": (close_msg(CLOSE_CLEAN, reserved2=5), "ECONNRESET"),
-    "garbage": (os.urandom(40), "ECONNRESET"),
-    "second_request": (rdma_request(PORT, 40000, _H), "ECONNRESET"),
-    "half_from_client": (half_msg(_H), "ECONNRESET"),
-    "eof": (None, "ECONNRESET"),
+    # what the fake client does after B's HALF: (message or None to close
+    # the link, how it goes (rdv_send), what the accepted socket's recv
+    # then gives)
+    "close_clean": (close_msg(CLOSE_CLEAN), "seal", b""),
+    "close_reset": (close_msg(CLOSE_RESET), "seal", "ECONNRESET"),
+    "close_unknown_how": (close_msg(7), "seal", "ECONNRESET"),
+    "close_reserved_set": (close_msg(CLOSE_CLEAN, reserved2=5), "seal",
+                           "ECONNRESET"),
+    "garbage": (os.urandom(40), "raw", "ECONNRESET"),
+    "second_request": (rdma_request(PORT, 40000, _H), "seal", "ECONNRESET"),
+    "half_from_client": (half_msg(_H), "seal", "ECONNRESET"),
+    "eof": (None, "seal", "ECONNRESET"),
+    # Whose tag does not check: each counted in rdv_auth_failed.
+    "close_clean_zero_tag": (close_msg(CLOSE_CLEAN), "zerotag", "ECONNRESET"),
+    "close_clean_unsealed": (close_msg(CLOSE_CLEAN) + os.urandom(TAG_LEN),
+                             "raw", "ECONNRESET"),
+    "close_clean_number_0": (close_msg(CLOSE_CLEAN), "seq0", "ECONNRESET"),
 }
+LINK_AUTH_FAILS = {"close_clean_zero_tag", "close_clean_unsealed",
+                   "close_clean_number_0"}
 
 
 def test_a_fake_client_ends_its_link(h):
     """A fake client's link, after ACCEPTED and the server's HALF (checked
     byte for byte): a clean CLOSE is the end of the stream for the accepted
-    socket; anything else, an EOF without CLOSE included, resets it."""
+    socket; anything else, an EOF without CLOSE included, resets it, and
+    so does a clean CLOSE whose tag does not check (zeros, random, or
+    sealed with the number of the request before it, as a replay would
+    be), each counted in rdv_auth_failed."""
     h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    db = Counters(B)
     got = {}
     for i, name in enumerate(sorted(LINK_ENDS)):
-        data, _ = LINK_ENDS[name]
+        data, how, _ = LINK_ENDS[name]
         half, sport = new_half(), 40000 + i
         h.a.call(f"rdv_open('l{i}', {ADDR_B!r}, {RDV_PORT}, "
                  f"{rdma_request(PORT, sport, half)!r})")
-        assert h.a.call(f"return rdv_read('l{i}', 16)") == reply(ST_ACCEPTED)
+        assert h.a.call(f"return rdv_read('l{i}')") == reply(ST_ACCEPTED)
         h.b.call(f"accept('s{i}')")
         assert h.b.call(f"return peer_half('s{i}', timeout=5)") == half
         assert tuple(h.b.call(f"return peername(S['s{i}'])")) == \
             (ADDR_A, sport)
         hb = new_half()
         h.b.call(f"set_half('s{i}', {hb!r})")
-        assert h.a.call(f"return rdv_read('l{i}', 88)") == half_msg(hb)
+        assert h.a.call(f"return rdv_read('l{i}')") == half_msg(hb)
         waiting = h.b.start(f"return recv('s{i}', timeout=15)")
         if data is None:
             h.a.call(f"close('l{i}')")
         else:
-            h.a.call(f"S['l{i}'].sendall({data!r})")
+            h.a.call(f"rdv_send('l{i}', {data!r}, {how!r})")
         got[name] = waiting.outcome(20)
-    assert got == {n: want for n, (_, want) in LINK_ENDS.items()}, got
+    assert got == {n: want for n, (_, _, want) in LINK_ENDS.items()}, got
+    assert db().get("rdv_auth_failed") == len(LINK_AUTH_FAILS), db()
 
 
 def test_the_server_end_reaches_the_client_monitor_as_close(h):
@@ -2363,15 +2476,49 @@ def test_the_server_end_reaches_the_client_monitor_as_close(h):
     for i, (name, before) in enumerate(cases):
         h.a.call(f"rdv_open('l{i}', {ADDR_B!r}, {RDV_PORT}, "
                  f"{rdma_request(PORT, 40000 + i, new_half())!r})")
-        assert h.a.call(f"return rdv_read('l{i}', 16)") == reply(ST_ACCEPTED)
+        assert h.a.call(f"return rdv_read('l{i}')") == reply(ST_ACCEPTED)
         h.b.call(f"accept('s{i}')")
         hb = new_half()
         h.b.call(f"set_half('s{i}', {hb!r})")
-        assert h.a.call(f"return rdv_read('l{i}', 88)") == half_msg(hb)
+        assert h.a.call(f"return rdv_read('l{i}')") == half_msg(hb)
         h.b.call(f"{before}\nclose('s{i}')")
         got[name] = link_end(*h.a.call(f"return rdv_drain('l{i}')"))
     assert got == {"close": "clean", "linger0": "reset", "unsent": "reset"}, \
         got
+
+
+def test_the_other_host_s_connect_rules_see_the_remote_user(h):
+    """An RDMA request carries the connecting task's uid and gid, under its
+    tag: B applies its own connect rules to that user.  With B denying
+    uid 65534 connects, a request for uid 65534 is REFUSED (counted as a
+    denied connect) and one for uid 0 ACCEPTED; a request that claims
+    uid 0 but is sealed for another uid's bytes fails its tag."""
+    h.b.call(f"listen('lst', {ADDR_B!r}, {PORT})")
+    ns(B, SDCTL, "rules", "add", "deny", "dir", "connect", "uid", "65534")
+    db = Counters(B)
+    nobody = rdma_request(PORT, 40001, new_half(), uid=65534, gid=65534)
+    root = rdma_request(PORT, 40002, new_half())
+    got = h.a.call(f"""
+        out = {{"nobody": rdv_exchange({ADDR_B!r}, {RDV_PORT}, {nobody!r})}}
+        # Accepted: the link stays open, its end is ours to make.
+        rdv_open('root', {ADDR_B!r}, {RDV_PORT}, {root!r})
+        out["root"] = rdv_read('root')
+        close('root')
+        # uid 65534 sealed, then changed to 0 on the way: no answer.
+        c = socket.create_connection(({ADDR_B!r}, {RDV_PORT}), timeout=10)
+        s = rdvwire.Session.client_hello(c, rdvwire.KEY)
+        m = bytearray(s.seal({nobody!r}))
+        m[16:24] = bytes(8)
+        c.sendall(bytes(m))
+        out["changed"] = rdvwire.read_msg(c)
+        c.close()
+        return out""", timeout=90)
+    assert got == {"nobody": reply(ST_REFUSED), "root": reply(ST_ACCEPTED),
+                   "changed": b""}, got
+    d = db()
+    assert d.get("denied_connect") == 1 and d.get("rdma_queued") == 1, d
+    assert d.get("rdv_auth_failed") == 1, d
+    ns(B, SDCTL, "rules", "flush")
 
 
 def test_the_monitor_answers_with_the_right_status(h):
@@ -2390,7 +2537,7 @@ def test_the_monitor_answers_with_the_right_status(h):
         "no_listener": rdma_request(PORT + 1, 40001, new_half()),
         "no_rdma": rdma_request(PORT + 2, 40002, new_half()),
         "refused": rdma_request(PORT + 3, 40003, new_half()),
-        "plain_request": hdr(T_REQUEST, 16) + struct.pack("!IHH", 1, PORT, 0),
+        "plain_request": request(PORT, flags=1),
     }
     got = h.a.call(f"""
         cases = {cases!r}

@@ -19,8 +19,9 @@ import time
 import pytest
 
 from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta,
-                      netns_del, netns_pair, ns_protocol_sockets, ns_sysctl,
-                      nsrun, prog, redirect, sd_stats, wait_for)
+                      netns_del, netns_pair, ns_key, ns_protocol_sockets,
+                      ns_sysctl, nsrun, prog, redirect, sd_stats, wait_for)
+from rdvwire import KEY
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -238,7 +239,7 @@ def test_racing_connects_fall_back_once(no_leak):
 # connect falls back, reason handshake).  See tests/progs/sd_race.c.
 RACE_NS = ("sdrc-h1", "sdrc-h2")
 RACE_ADDR = ("10.79.0.1", "10.79.0.2")
-RACE_RDV_PORT = 7481
+RACE_RDV_PORT = 749
 RACE_ROUNDS = 150
 
 
@@ -256,6 +257,8 @@ def race_hosts():
                        ("rendezvous_timeout_ms", 30000)):
         err = ns_sysctl(h1, key, value)
         assert err is None, err
+    # A key, or the connect would not ask the stand-in at all.
+    ns_key(h1, KEY)
     yield h1
     netns_del(*RACE_NS)
 

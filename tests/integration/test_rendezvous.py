@@ -3,8 +3,11 @@
 Two network namespaces joined by a veth pair stand for two hosts: each has
 its own module state (its own monitor, settings and counters).  A program
 under sdrun in "h1" connects to a plain TCP server in "h2"; what h2 runs on
-its rendezvous port (nothing, its monitor, or a hostile stand-in) decides
-the fallback reason h1 counts, and the bytes must arrive either way."""
+its rendezvous port (nothing, its monitor, or a hostile stand-in) and the
+fabric keys of the two (the same, none, different ones) decide the fallback
+reason h1 counts, and the bytes must arrive either way.  The monitors meet
+only authenticated (wire version 3, rdvwire.py): a request without the key,
+forged, replayed or changed on the way is dropped and counted."""
 import json
 import os
 import struct
@@ -13,17 +16,19 @@ import sys
 
 import pytest
 
-from conftest import (TOP, netns_del, netns_pair, ns_sysctl,
+import rdvwire as w
+from conftest import (TOP, netns_del, netns_pair, ns_key, ns_sysctl,
                       nspopen, nsrun, sd_stats, wait_for)
 
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 ECHO = str(TOP / "tests" / "integration" / "echo_server.py")
 H1, H2 = "sdrv-h1", "sdrv-h2"
 A1, A2 = "10.78.0.1", "10.78.0.2"
-RDV_PORT = 7471
+RDV_PORT = 748       # only root may bind it; so is RDV_PORT + 1
 APP_PORT = 9090
-MAGIC, VERSION, REQUEST, REPLY, NO_RDMA = 0x53445256, 2, 1, 2, 1
-REQ_LEN, REP_LEN = 16, 16
+MAGIC, VERSION, REQUEST, REPLY, NO_RDMA = w.MAGIC, w.VERSION, 1, 2, 1
+REQ_LEN, REP_LEN = 16 + w.TAG_LEN, 16 + w.TAG_LEN
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def ns(name, *cmd, check=True, **kw):
@@ -59,6 +64,7 @@ def hosts():
         assert setting(n, "redirect", 1).returncode == 0
         # The guest is slow (TCG) and busy: a generous bound.
         assert setting(n, "rendezvous_timeout_ms", 10000).returncode == 0
+        ns_key(n, w.KEY)
     yield
     netns_del(H1, H2)
 
@@ -183,7 +189,9 @@ def test_changing_the_port_forgets_what_was_learnt(echo_server):
 
 @pytest.mark.parametrize("key,bad", [
     ("rendezvous_port", "-1"), ("rendezvous_port", "65536"),
-    ("rendezvous_port", "x"), ("rendezvous_timeout_ms", "9"),
+    ("rendezvous_port", "x"), ("rendezvous_port", "1024"),
+    ("rendezvous_port", "7471"), ("rendezvous_port", "65535"),
+    ("rendezvous_timeout_ms", "9"),
     ("rendezvous_timeout_ms", "60001"), ("peer_cache_seconds", "-1"),
     ("peer_cache_seconds", "86401")])
 def test_bad_settings_are_refused_and_change_nothing(hosts, key, bad):
@@ -191,6 +199,36 @@ def test_bad_settings_are_refused_and_change_nothing(hosts, key, bad):
     r = setting(H1, key, bad)
     assert r.returncode != 0, r
     assert setting(H1, key) == before
+
+
+def test_the_port_must_be_one_only_root_can_bind(hosts):
+    """net.sd.rendezvous_port below net.ipv4.ip_unprivileged_port_start
+    only: with that lowered to 700 in h1, 748 is refused (and the kernel
+    log says why) and the port stays off; with it back at 1024, 748 is
+    taken, and nobody may bind it while the monitor is off."""
+    def unpriv(value):
+        nsrun(H1, "sysctl", "-qw",
+              f"net.ipv4.ip_unprivileged_port_start={value}", check=True)
+
+    unpriv(700)
+    try:
+        r = setting(H1, "rendezvous_port", RDV_PORT)
+        assert r.returncode != 0, r
+        assert setting(H1, "rendezvous_port") == "0"
+        log = subprocess.run(["dmesg"], capture_output=True, text=True).stdout
+        assert f"net.sd.rendezvous_port {RDV_PORT} refused: any user may " \
+            "bind it" in log, log[-2000:]
+    finally:
+        unpriv(1024)
+    # What the port protects against: a user's listener on it.
+    code = (f"import socket; s = socket.socket(); "
+            f"s.bind(('', {RDV_PORT}))")
+    out = ns(H1, "setpriv", "--reuid=65534", "--regid=65534",
+             "--clear-groups", sys.executable, "-c", code, check=False)
+    assert out.returncode != 0 and "Permission denied" in out.stderr, out
+    assert setting(H1, "rendezvous_port", RDV_PORT).returncode == 0
+    assert setting(H1, "rendezvous_port") == str(RDV_PORT)
+    assert setting(H1, "rendezvous_port", 0).returncode == 0
 
 
 def test_a_port_in_use_is_refused_and_the_old_one_kept(hosts):
@@ -216,6 +254,8 @@ def test_a_port_in_use_is_refused_and_the_old_one_kept(hosts):
 
 
 # ---- hostile monitors ------------------------------------------------------
+# What answers on h2's port sends something else than a HELLO (the fake
+# monitors of test_rdma_setup.py misbehave after theirs).
 
 def hdr(version=VERSION, typ=REPLY, length=REP_LEN, magic=MAGIC):
     return struct.pack("!IBBH", magic, version, typ, length)
@@ -223,6 +263,7 @@ def hdr(version=VERSION, typ=REPLY, length=REP_LEN, magic=MAGIC):
 
 # The monitor speaks the RDMA requests (test_rdma_setup.py): flag bit 0.
 GOOD_REPLY = hdr() + struct.pack("!B3xI", NO_RDMA, 1)
+GOOD_HELLO = w.hello()
 
 HOSTILE_REPLIES = {
     "garbage": os.urandom(16),
@@ -235,6 +276,10 @@ HOSTILE_REPLIES = {
     "bad_status": hdr() + struct.pack("!B3xI", 77, 0),
     "zero_status": hdr() + struct.pack("!B3xI", 0, 0),
     "reserved_set": hdr() + struct.pack("!B3BI", NO_RDMA, 1, 2, 3, 0),
+    "reply_for_hello": GOOD_REPLY + bytes(w.TAG_LEN),
+    "hello_bad_version": w.hello(version=2),
+    "hello_bad_flags": w.hello(flags=6),
+    "hello_short": GOOD_HELLO[:20],
     "silent": None,
     "huge": None,       # 1 MiB of random bytes, made by the fake
 }
@@ -284,34 +329,70 @@ def test_hostile_monitor_means_tcp_with_reason_handshake(echo_server, mode):
 
 
 # ---- hostile clients of the monitor ----------------------------------------
+# Each case: what takes the place of the client's HELLO ("raw"), or what
+# follows a good HELLO, sealed with the session ("sealed") or not
+# ("plain").
 
+GOOD_REQUEST = w.request(APP_PORT)
 HOSTILE_REQUESTS = {
-    "garbage": os.urandom(16),
-    "empty": b"",
-    "short": hdr(typ=REQUEST, length=REQ_LEN)[:6],
-    "bad_magic": hdr(magic=1, typ=REQUEST, length=REQ_LEN) + bytes(8),
-    "bad_version": hdr(version=0, typ=REQUEST, length=REQ_LEN) + bytes(8),
-    "reply_type": hdr(typ=REPLY, length=REQ_LEN) + bytes(8),
-    "bad_length": hdr(typ=REQUEST, length=0xFFFF) + bytes(8),
-    "unknown_flags": hdr(typ=REQUEST, length=REQ_LEN) +
-    struct.pack("!IHH", 0x80000000, 80, 0),
-    "reserved_set": hdr(typ=REQUEST, length=REQ_LEN) +
-    struct.pack("!IHH", 0, 80, 7),
-    "huge": os.urandom(1 << 20),
+    "garbage": ("raw", os.urandom(48)),
+    "empty": ("raw", b""),
+    "hello_short": ("raw", GOOD_HELLO[:6]),
+    "hello_bad_magic": ("raw", w.hello(magic=1)),
+    "hello_bad_version": ("raw", w.hello(version=2)),
+    "hello_unkeyed": ("raw", w.hello(flags=0)),
+    "v2_request": ("raw", struct.pack("!IBBH", MAGIC, 2, REQUEST, 16) +
+                   struct.pack("!IHH", 0, APP_PORT, 0)),
+    "huge": ("raw", os.urandom(1 << 20)),
+    "short": ("sealed", hdr(typ=REQUEST, length=REQ_LEN)[:6]),
+    "bad_magic": ("sealed", hdr(magic=1, typ=REQUEST, length=REQ_LEN) +
+                  bytes(8)),
+    "bad_version": ("sealed", hdr(version=0, typ=REQUEST, length=REQ_LEN) +
+                    bytes(8)),
+    "reply_type": ("sealed", hdr(typ=REPLY, length=REQ_LEN) + bytes(8)),
+    "hello_again": ("plain", w.hello()),
+    "bad_length": ("sealed", hdr(typ=REQUEST, length=0xFFFF) + bytes(8)),
+    "unknown_flags": ("sealed", w.request(APP_PORT, flags=0x80000000)),
+    "reserved_set": ("sealed", w.request(80, reserved=7)),
+    # No tag at all: shorter than its header says.
+    "unsealed": ("plain", GOOD_REQUEST),
 }
-GOOD_REQUEST = hdr(typ=REQUEST, length=REQ_LEN) + struct.pack("!IHH", 0,
-                                                              APP_PORT, 0)
+
+# Requests that fail authentication.  A session's own nonce is given so
+# that a recorded exchange can be replayed.
+FORGED_REQUESTS = ["zero_tag", "other_key", "tampered",
+                   "replayed", "reflected", "out_of_order", "flipped_tag"]
 
 
 PROBE = f"""
 import json, socket, sys
+sys.path.insert(0, {HERE!r})
+import rdvwire as w
+key = bytes.fromhex(sys.argv[1])
 cases = json.load(sys.stdin)
 out = {{}}
-for name, hexdata in cases.items():
+recorded = {{}}
+
+
+def talk(name, mode, data, nonce=None):
+    # The monitor's HELLO, then what came after ours and data.
     c = socket.create_connection(("{A2}", {RDV_PORT}), timeout=10)
-    got = b""
+    hello, got, sess = b"", b"", None
     try:
-        c.sendall(bytes.fromhex(hexdata))
+        if mode == "raw":
+            # The monitor's HELLO first: a close that resets the
+            # connection (our bytes unread) would take it with it.
+            hello = w.read_exact(c, w.HELLO_LEN)
+            c.sendall(data)
+        else:
+            sess = w.Session.client_hello(c, key, nonce)
+            hello = sess.their_hello
+            if mode == "sealed":
+                c.sendall(sess.seal(data))
+            elif mode == "plain":
+                c.sendall(data)
+            else:
+                c.sendall(forge(mode, sess, data))
         c.shutdown(socket.SHUT_WR)
         while True:
             d = c.recv(65536)
@@ -321,28 +402,143 @@ for name, hexdata in cases.items():
     except OSError:
         pass
     c.close()
-    out[name] = got.hex()
+    return hello + got, sess
+
+
+def forge(how, sess, body):
+    if how == "zero_tag":
+        return body + bytes(w.TAG_LEN)
+    if how == "other_key":
+        return w.Session(w.OTHER_KEY, b"c" * 16, b"s" * 16, True).seal(body)
+    if how == "tampered":
+        m = bytearray(sess.seal(body))
+        m[13] ^= 1                      # the port asked for
+        return bytes(m)
+    if how == "replayed":
+        return recorded["good"]
+    if how == "reflected":
+        sess.client = False             # as if the monitor had sent it
+        return sess.seal(body)
+    if how == "out_of_order":
+        sess.seal(body)                 # number 0 never sent
+        return sess.seal(body)
+    if how == "flipped_tag":
+        m = sess.seal(body)
+        return m[:-1] + bytes([m[-1] ^ 1])
+    raise ValueError(how)
+
+
+for name, (mode, hexdata) in cases.items():
+    data = bytes.fromhex(hexdata)
+    if name == "good":
+        # Recorded, with its own nonce, for the replay.
+        nonce = b"n" * w.NONCE_LEN
+        c = socket.create_connection(("{A2}", {RDV_PORT}), timeout=10)
+        sess = w.Session.client_hello(c, key, nonce)
+        sealed = sess.seal(data)
+        recorded["good"] = sealed
+        c.sendall(sealed)
+        rep = w.read_msg(c)
+        c.close()
+        body = sess.open(rep)
+        out[name] = [body.hex() if body is not None else "bad:" + rep.hex()]
+        continue
+    nonce = b"n" * w.NONCE_LEN if mode == "replayed" else None
+    got, _ = talk(name, mode, data, nonce)
+    out[name] = [got.hex()]
 print(json.dumps(out))
 """
 
 
+def probe(cases, key=w.KEY, timeout=180):
+    """Each case against h2's monitor from h1: {name: bytes it answered}."""
+    out = ns(H1, sys.executable, "-c", PROBE, key.hex(),
+             input=json.dumps({k: [m, d.hex()] for k, (m, d) in
+                               cases.items()}), timeout=timeout)
+    return {k: bytes.fromhex(v[0]) if not v[0].startswith("bad:") else v[0]
+            for k, v in json.loads(out.stdout).items()}
+
+
+def is_hello(data, keyed=True):
+    """data is a HELLO of the monitor's (with a key or not), and no more."""
+    flags, _ = w.parse_hello(data)
+    return bool(flags & w.HELLO_KEYED) == keyed
+
+
 def test_monitor_answers_a_good_request_and_nothing_else(hosts):
-    """Each malformed request gets no answer (a close), only the good one
-    is answered; the monitor counts every failure."""
+    """Each malformed request, in place of a HELLO or after one, gets no
+    answer beyond the monitor's HELLO (then a close); only the good one is
+    answered; the monitor counts every failure, none of them as one of
+    authentication."""
     assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
     assert setting(H2, "rendezvous_timeout_ms", 500).returncode == 0
-    cases = {k: v.hex() for k, v in HOSTILE_REQUESTS.items()}
-    cases["good"] = GOOD_REQUEST.hex()
+    cases = dict(HOSTILE_REQUESTS, good=("sealed", GOOD_REQUEST))
     d = Delta(H2)
-    out = ns(H1, sys.executable, "-c", PROBE, input=json.dumps(cases),
-             timeout=120)
-    got = {k: bytes.fromhex(v) for k, v in json.loads(out.stdout).items()}
+    got = probe(cases)
     assert got["good"] == GOOD_REPLY, got["good"]
     for name in HOSTILE_REQUESTS:
-        assert got[name] == b"", (name, got[name])
+        assert is_hello(got[name]), (name, got[name])
     delta = d()
     assert delta.get("rdv_answered") == 1, delta
     assert delta.get("rdv_failed") == len(HOSTILE_REQUESTS), delta
+    assert "rdv_auth_failed" not in delta, delta
+
+
+def test_forged_replayed_or_changed_requests_are_dropped_and_counted(hosts):
+    """A request that is well formed but whose tag does not check (zeros, another fabric key, a byte changed after sealing, a good
+    request of an earlier exchange replayed with the same client nonce, a
+    message sealed in the monitor's direction, the second message's number
+    first, a bit of the tag flipped) gets nothing after the HELLO, counted in
+    rdv_auth_failed; the good one before them was answered."""
+    assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
+    assert setting(H2, "rendezvous_timeout_ms", 2000).returncode == 0
+    cases = {"good": ("sealed", GOOD_REQUEST)}
+    cases.update({name: (name, GOOD_REQUEST) for name in FORGED_REQUESTS})
+    d = Delta(H2)
+    got = probe(cases)
+    assert got["good"] == GOOD_REPLY, got["good"]
+    for name in FORGED_REQUESTS:
+        assert is_hello(got[name]), (name, got[name])
+    delta = d()
+    assert delta.get("rdv_answered") == 1, delta
+    assert delta.get("rdv_auth_failed") == len(FORGED_REQUESTS), delta
+    assert "rdv_failed" not in delta, delta
+
+
+def test_a_monitor_without_a_key_answers_nobody(hosts):
+    """h2 without a key says so in its HELLO and answers no request, not
+    even one sealed with the key h1 holds."""
+    ns_key(H2, None)
+    assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
+    d = Delta(H2)
+    c = f"""
+import socket, sys
+sys.path.insert(0, {HERE!r})
+import rdvwire as w
+c = socket.create_connection(("{A2}", {RDV_PORT}), timeout=10)
+mine = w.hello()
+c.sendall(mine)
+theirs = w.read_exact(c, w.HELLO_LEN)
+s = w.Session(w.KEY, mine[16:], theirs[16:], True)
+rest = b""
+try:
+    # The monitor closes after our HELLO: these may meet its reset.
+    c.sendall(s.seal(w.request({APP_PORT})))
+    c.shutdown(socket.SHUT_WR)
+    while True:
+        x = c.recv(4096)
+        if not x:
+            break
+        rest += x
+except OSError:
+    pass
+print(theirs.hex(), rest.hex())
+"""
+    out = ns(H1, sys.executable, "-c", c, timeout=60).stdout.split()
+    assert is_hello(bytes.fromhex(out[0]), keyed=False), out
+    assert len(out) == 1, out
+    delta = d()
+    assert "rdv_answered" not in delta and delta.get("rdv_failed") == 1, delta
 
 
 def test_monitor_survives_a_flood_of_idle_clients(hosts):
@@ -351,14 +547,17 @@ def test_monitor_survives_a_flood_of_idle_clients(hosts):
     assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
     assert setting(H2, "rendezvous_timeout_ms", 300).returncode == 0
     code = f"""
-import socket, time
+import socket, sys, time
+sys.path.insert(0, {HERE!r})
+import rdvwire as w
 idle = [socket.create_connection(("{A2}", {RDV_PORT})) for _ in range(200)]
 time.sleep(2)
 for s in idle:
     s.close()
 c = socket.create_connection(("{A2}", {RDV_PORT}), timeout=10)
-c.sendall(bytes.fromhex("{GOOD_REQUEST.hex()}"))
-print(c.recv(64).hex())
+sess = w.Session.client_hello(c, w.KEY)
+c.sendall(sess.seal(w.request({APP_PORT})))
+print(sess.open(w.read_msg(c)).hex())
 """
     d = Delta(H2)
     out = ns(H1, sys.executable, "-c", code, timeout=120)
@@ -367,6 +566,62 @@ print(c.recv(64).hex())
     assert delta.get("rdv_answered") == 1, delta
     # Every idle one failed: closed at once beyond 64, else timed out.
     assert delta.get("rdv_failed") == 200, delta
+
+
+# ---- fabric keys -------------------------------------------------------------
+
+def test_no_key_means_tcp_with_reason_auth_and_no_rendezvous(echo_server):
+    """Without a key h1 never meets h2's monitor unauthenticated: TCP at
+    once, reason auth, nothing asked."""
+    ns_key(H1, None)
+    for n in (H1, H2):
+        assert setting(n, "rendezvous_port", RDV_PORT).returncode == 0
+    d1, d2 = Delta(H1), Delta(H2)
+    client(2)
+    got = d1()
+    assert got.get("fallback_auth") == 2, got
+    assert "rdv_asked" not in got and "fallback_no_rdma" not in got, got
+    assert "rdv_answered" not in d2() and "rdv_failed" not in d2(), d2()
+
+
+def test_other_host_without_a_key_means_auth_and_is_cached(echo_server):
+    ns_key(H2, None)
+    for n in (H1, H2):
+        assert setting(n, "rendezvous_port", RDV_PORT).returncode == 0
+    d1, d2 = Delta(H1), Delta(H2)
+    client(2)
+    got = d1()
+    assert got.get("fallback_auth") == 2, got
+    assert got.get("rdv_asked") == 1 and got.get("rdv_cached") == 1, got
+    assert wait_for(lambda: d2().get("rdv_failed") == 1), d2()
+    assert "rdv_answered" not in d2(), d2()
+
+
+def test_different_keys_mean_tcp_with_reason_auth(echo_server):
+    """h1 and h2 with different keys: h2 drops h1's request (its tag does
+    not check), h1 falls back to TCP with reason auth and the bytes echo;
+    then h2 gets h1's key, and once h1's key is set again (which forgets
+    what h1 learnt) the monitors agree."""
+    ns_key(H2, w.OTHER_KEY)
+    for n in (H1, H2):
+        assert setting(n, "rendezvous_port", RDV_PORT).returncode == 0
+    d1, d2 = Delta(H1), Delta(H2)
+    client(2)
+    got = d1()
+    assert got.get("fallback_auth") == 2, got
+    assert got.get("rdv_asked") == 1 and got.get("rdv_cached") == 1, got
+    assert wait_for(lambda: d2().get("rdv_auth_failed") == 1), d2()
+    assert "rdv_answered" not in d2(), d2()
+    ns_key(H2, w.KEY)
+    d1 = Delta(H1)
+    client(1)
+    assert d1().get("fallback_auth") == 1 and d1().get("rdv_cached") == 1
+    ns_key(H1, w.KEY)
+    d1 = Delta(H1)
+    client(1)
+    got = d1()
+    assert got.get("fallback_no_rdma") == 1 and got.get("rdv_asked") == 1, \
+        got
 
 
 def test_netns_goes_with_exchanges_in_flight(hosts):

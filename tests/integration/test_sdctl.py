@@ -2,6 +2,7 @@
 listeners, rules that allow and deny real connections as written, who may
 change them, the counters, a dump of 10,000 sockets, the settings, and its
 command line.  See Documentation/sdctl.8 and Documentation/netlink.rst."""
+import hashlib
 import json
 import os
 import pathlib
@@ -22,6 +23,7 @@ SDCTL = os.environ.get("SD_TEST_SDCTL",
 SYSCTL = pathlib.Path("/proc/sys/net/sd")
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 RULES_EPERM = "sdctl: permission denied: changing rules needs CAP_NET_ADMIN\n"
+KEY_EPERM = "sdctl: permission denied: the fabric key needs CAP_NET_ADMIN\n"
 
 STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "denied_bind", "backlog_full", "resets", "corrupt", "wakeups",
@@ -31,7 +33,8 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow",
          "fallback_peer_unknown", "rdv_asked", "rdv_answered", "rdv_failed",
          "rdv_cached", "fallback_busy", "rdma_connects", "rdma_queued",
-         "rdma_resets", "rdma_moves", "rdma_moves_crossed", "zc_pinned"]
+         "rdma_resets", "rdma_moves", "rdma_moves_crossed", "zc_pinned",
+         "fallback_auth", "rdv_auth_failed"]
 SETTINGS = ["default_policy", "peer_cache_seconds", "port_range",
             "redirect", "rendezvous_port", "rendezvous_timeout_ms",
             "ring_size", "ring_size_max", "zerocopy_threshold"]
@@ -554,6 +557,88 @@ def test_unprivileged_user_reads_but_cannot_change_rules(clean_rules):
     assert out.stderr.startswith("sdctl: permission denied: changing net.sd.redirect")
 
 
+# ---- the fabric key ---------------------------------------------------------
+
+@pytest.fixture
+def no_key():
+    """The test namespace has no fabric key before and after."""
+    sdctl("key", "clear", check=False)
+    yield
+    sdctl("key", "clear", check=False)
+
+
+def fpr(key):
+    return hashlib.sha256(key).hexdigest()[:16]
+
+
+def test_key_set_from_a_file_or_stdin_show_and_clear(no_key, tmp_path):
+    assert sdjson("key") == {"key": "none"}
+    assert sdctl("key").stdout.split() == ["key", "none"]
+    f = tmp_path / "fabric.key"
+    key = os.urandom(48)
+    f.write_bytes(key)
+    assert sdctl("key", "set", f).stdout == ""
+    assert sdjson("key", "show") == {"key": "set", "fingerprint": fpr(key)}
+    assert sdctl("key").stdout.split() == ["key", "set", "fingerprint",
+                                           fpr(key)]
+    # Standard input, replacing it; the key is never printed.
+    key2 = os.urandom(32)
+    out = subprocess.run([SDCTL, "key", "set", "-"], input=key2,
+                         capture_output=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == b"" and out.stderr == b"", out
+    assert sdjson("key") == {"key": "set", "fingerprint": fpr(key2)}
+    sdctl("key", "clear")
+    assert sdjson("key") == {"key": "none"}
+    out = sdctl("key", "clear", check=False)
+    assert out.returncode == 1 and out.stderr == "sdctl: key clear: no key is set\n"
+
+
+@pytest.mark.parametrize("length", [0, 31, 65, 4096])
+def test_key_of_a_bad_length_is_refused(no_key, tmp_path, length):
+    f = tmp_path / "k"
+    f.write_bytes(b"k" * length)
+    out = sdctl("key", "set", f, check=False)
+    assert out.returncode == 1, out
+    assert "it must be 32 to 64 bytes" in out.stderr, out.stderr
+    assert sdjson("key") == {"key": "none"}
+
+
+def test_key_set_of_a_missing_file(no_key, tmp_path):
+    out = sdctl("key", "set", tmp_path / "nothing", check=False)
+    assert out.returncode == 1 and "No such file" in out.stderr, out.stderr
+
+
+def test_key_is_the_admin_s_even_to_look(no_key, tmp_path):
+    f = tmp_path / "k"
+    f.write_bytes(os.urandom(32))
+    for args in (["key"], ["key", "clear"]):
+        out = sdctl(*args, user="nobody", check=False)
+        assert out.returncode == 1, args
+        assert out.stderr == KEY_EPERM, out.stderr
+        assert out.stdout == ""
+    out = subprocess.run(NOBODY + [SDCTL, "key", "set", "-"],
+                         input=os.urandom(32), capture_output=True,
+                         timeout=60)
+    assert out.returncode == 1 and out.stderr.decode() == KEY_EPERM, out
+    assert sdjson("key") == {"key": "none"}
+    sdctl("key", "set", f)
+    out = sdctl("key", "clear", user="nobody", check=False)
+    assert out.stderr == KEY_EPERM
+    assert sdjson("key")["key"] == "set"
+
+
+def test_key_is_per_namespace(no_key, tmp_path):
+    f = tmp_path / "k"
+    f.write_bytes(os.urandom(32))
+    sdctl("key", "set", f)
+    assert sdjson("key", prefix=["unshare", "--net"]) == {"key": "none"}
+    # Root of a new user namespace owns its network namespace's key.
+    out = sdctl("key", "set", f, prefix=["unshare", "--user",
+                                          "--map-root-user", "--net"])
+    assert out.stdout == ""
+    assert sdjson("key")["fingerprint"] == fpr(f.read_bytes())
+
+
 def test_rules_and_settings_are_per_namespace(clean_rules, restore_settings):
     add_rule("deny", "rport", "1")
     netns = ["unshare", "--net"]
@@ -710,6 +795,24 @@ def test_config_set_and_rejects(name, restore_settings):
         assert sysctl(name) == kept, value
 
 
+def test_config_rendezvous_port_only_root_can_bind(restore_settings):
+    """The rendezvous port is 0 or below net.ipv4.ip_unprivileged_port_start
+    (1024 here): sdctl says so when the kernel refuses another."""
+    start = pathlib.Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+    assert start.read_text().strip() == "1024"
+    sdctl("config", "set", "rendezvous_port", "748")
+    assert sysctl("rendezvous_port") == "748"
+    for value in ("1024", "7471", "65535"):
+        out = sdctl("config", "set", "rendezvous_port", value, check=False)
+        assert out.returncode == 1, value
+        assert out.stderr == (
+            f"sdctl: net.sd.rendezvous_port: invalid value '{value}' (0, or a "
+            "port only root can bind: below "
+            "net.ipv4.ip_unprivileged_port_start, 1024)\n"), out.stderr
+        assert sysctl("rendezvous_port") == "748"
+    sdctl("config", "set", "rendezvous_port", "0")
+
+
 def test_config_set_usage_errors():
     for args in (["config", "set"], ["config", "set", "ring_size"],
                  ["config", "set", "nonexistent", "1"],
@@ -735,7 +838,7 @@ def test_every_read_command_prints_one_json_document(clean_rules):
     add_rule("allow", "comment", 'quote " backslash \\ tab \t end')
     for args in (["sockets"], ["sockets", "show"], ["listeners"], ["rules"],
                  ["rules", "show"], ["stats"], ["config"], ["config", "show"],
-                 ["version"], []):
+                 ["key"], ["key", "show"], ["version"], []):
         out = sdctl("--json", *args).stdout
         json.loads(out)
         assert out.endswith("\n") and out.count("\n") >= 1
@@ -746,7 +849,7 @@ def test_every_read_command_prints_one_json_document(clean_rules):
 
 def test_help():
     out = sdctl("help").stdout
-    for obj in ("sockets", "listeners", "rules", "stats", "config",
+    for obj in ("sockets", "listeners", "rules", "stats", "config", "key",
                 "version"):
         assert f"sdctl {obj}" in out
     assert sdctl("--help").stdout == out
@@ -773,6 +876,8 @@ def test_help():
     ["rules", "del"], ["rules", "del", "abc"], ["rules", "del", "1", "2"],
     ["rules", "flush", "now"], ["rules", "bogus"],
     ["stats", "extra"], ["config", "bogus"], ["config", "show", "x"],
+    ["key", "set"], ["key", "set", "a", "b"], ["key", "show", "x"],
+    ["key", "clear", "x"], ["key", "bogus"],
     ["version", "extra"], ["help", "nothing"], ["help", "a", "b"],
 ])
 def test_bad_command_lines_exit_2(args):

@@ -18,12 +18,14 @@
  * each round, on a fresh socket(AF_SD, SOCK_STREAM, SD_PROTO_INET):
  *
  *   1. the connecting thread connects to SERVER (the monitor stand-in takes
- *      the request and says nothing: the connect waits, holding the lock);
+ *      the first byte of the monitor's HELLO and says nothing, no HELLO of
+ *      its own: the connect waits, holding the lock; the namespace has a
+ *      fabric key, or it would not ask at all);
  *   2. the racing thread binds the socket, or makes it listen: it finds no
  *      TCP socket yet and waits for the lock (seen in /proc: in the system
  *      call, asleep);
- *   3. the stand-in closes the request's connection: a failed rendezvous
- *      (reason handshake), so the connect falls back, gives the file the
+ *   3. the stand-in closes the request's connection before any HELLO: a
+ *      failed rendezvous (reason handshake), so the connect falls back, gives the file the
  *      TCP socket, unlocks and connects that;
  *   4. the racing thread, woken, has the lock with a TCP socket in place.
  *

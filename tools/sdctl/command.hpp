@@ -43,6 +43,7 @@ extern const Object listeners_object;
 extern const Object rules_object;
 extern const Object stats_object;
 extern const Object config_object;
+extern const Object key_object;
 
 // Usage errors name the object whose usage main() prints.
 [[noreturn]] void usage_error(const Object &object, const std::string &msg);

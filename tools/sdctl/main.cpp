@@ -5,7 +5,7 @@
 //   sdctl [-j|--json] [OBJECT [VERB] [ARGS...]]
 //
 // Objects live one per file (sockets.cpp, listeners.cpp, rules.cpp,
-// stats.cpp, config.cpp), each with a verb table whose first verb is the
+// stats.cpp, config.cpp, key.cpp), each with a verb table whose first verb is the
 // default; version and help are here.  With no object, sdctl shows the
 // sockets.
 //
@@ -34,7 +34,7 @@ namespace {
 // In the order the usage text lists them; the first is the default.
 const Object *const objects[] = {
 	&sockets_object, &listeners_object, &rules_object, &stats_object,
-	&config_object, &version_object, &help_object,
+	&config_object, &key_object, &version_object, &help_object,
 };
 
 bool bare(const Object &o)

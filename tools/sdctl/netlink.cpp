@@ -73,6 +73,9 @@ const char *command_name(std::uint8_t cmd)
 	case SD_CMD_RULE_DEL: return "rules del";
 	case SD_CMD_RULE_FLUSH: return "rules flush";
 	case SD_CMD_STATS_GET: return "stats";
+	case SD_CMD_KEY_SET: return "key set";
+	case SD_CMD_KEY_DEL: return "key clear";
+	case SD_CMD_KEY_GET: return "key show";
 	default: return "netlink";
 	}
 }
@@ -80,6 +83,11 @@ const char *command_name(std::uint8_t cmd)
 bool mutating(std::uint8_t cmd)
 {
 	return cmd == SD_CMD_RULE_ADD || cmd == SD_CMD_RULE_DEL || cmd == SD_CMD_RULE_FLUSH;
+}
+
+bool key_command(std::uint8_t cmd)
+{
+	return cmd == SD_CMD_KEY_SET || cmd == SD_CMD_KEY_DEL || cmd == SD_CMD_KEY_GET;
 }
 
 // Attributes sdctl reads from the kernel.  libnl checks the minimum
@@ -233,6 +241,7 @@ std::string attr_name(unsigned type)
 	case SD_A_RULE_ID: return "SD_A_RULE_ID";
 	case SD_A_RULE_ACTION: return "SD_A_RULE_ACTION";
 	case SD_A_RULE_DIR: return "SD_A_RULE_DIR";
+	case SD_A_KEY: return "SD_A_KEY";
 	default: return "attribute " + std::to_string(type);
 	}
 }
@@ -425,6 +434,11 @@ void Netlink::talk(Exchange &x)
 		if (x.err == EPERM && mutating(x.cmd))
 			throw KernelError("permission denied: changing rules needs CAP_NET_ADMIN", x.err,
 					  x.extack);
+		if (x.err == EPERM && key_command(x.cmd))
+			throw KernelError("permission denied: the fabric key needs CAP_NET_ADMIN", x.err,
+					  x.extack);
+		if (x.err == ENOENT && x.cmd == SD_CMD_KEY_DEL)
+			throw KernelError("key clear: no key is set", x.err, x.extack);
 		if (x.err) {
 			std::string m = what + ": " + std::strerror(x.err);
 			if (!x.extack.empty())
@@ -594,6 +608,45 @@ void Netlink::rule_flush()
 	Exchange x;
 	x.cmd = SD_CMD_RULE_FLUSH;
 	talk(x);
+}
+
+void Netlink::key_set(const std::vector<std::uint8_t> &key)
+{
+	Exchange x;
+	x.cmd = SD_CMD_KEY_SET;
+	x.fill = [&](nl_msg *msg) {
+		check_put(nla_put(msg, SD_A_KEY, static_cast<int>(key.size()), key.data()));
+	};
+	talk(x);
+}
+
+void Netlink::key_del()
+{
+	Exchange x;
+	x.cmd = SD_CMD_KEY_DEL;
+	talk(x);
+}
+
+std::optional<KeyFpr> Netlink::key_fingerprint()
+{
+	std::optional<KeyFpr> out;
+	bool seen = false;
+	Exchange x;
+	x.cmd = SD_CMD_KEY_GET;
+	x.each = [&](nlattr **tb) {
+		seen = true;
+		if (!tb[SD_A_KEY_FPR])
+			return;
+		if (nla_len(tb[SD_A_KEY_FPR]) != SD_KEY_FPR_LEN)
+			throw Malformed("fingerprint of the wrong length");
+		KeyFpr f;
+		std::memcpy(f.data(), nla_data(tb[SD_A_KEY_FPR]), f.size());
+		out = f;
+	};
+	talk(x);
+	if (!seen)
+		throw Error("key show: no reply from the kernel");
+	return out;
 }
 
 } // namespace sdctl

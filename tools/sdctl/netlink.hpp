@@ -93,6 +93,9 @@ struct Rule {
 	std::optional<std::string> comment;
 };
 
+// SD_CMD_KEY_GET: the fingerprint of the fabric key.
+using KeyFpr = std::array<std::uint8_t, 8>;
+
 // SD_CMD_STATS_GET: (SD_STAT_* number, value), in the kernel's order.
 using Stats = std::vector<std::pair<unsigned, std::uint64_t>>;
 
@@ -116,6 +119,12 @@ public:
 	std::uint32_t rule_add(const Rule &rule);
 	void rule_del(std::uint32_t id);
 	void rule_flush();
+
+	// The fabric key (CAP_NET_ADMIN, even to look): set, clear (ENOENT
+	// when none is set), and its fingerprint (none when no key is set).
+	void key_set(const std::vector<std::uint8_t> &key);
+	void key_del();
+	std::optional<KeyFpr> key_fingerprint();
 
 private:
 	struct SockFree {

@@ -52,6 +52,8 @@ constexpr const char *names[] = {
 	"rdma_moves",
 	"rdma_moves_crossed",
 	"zc_pinned",
+	"fallback_auth",
+	"rdv_auth_failed",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

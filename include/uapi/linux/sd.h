@@ -537,7 +537,8 @@ struct sd_zc_recv {
  * Generic netlink family "sd" (version 1): the monitor's control plane.
  * Every command acts on the caller's network namespace.  Requests are
  * validated strictly: an attribute a command does not take is an error.
- * Mutating commands need CAP_NET_ADMIN in the namespace's user namespace.
+ * Mutating commands, and all the KEY commands, need CAP_NET_ADMIN in the
+ * namespace's user namespace.
  *
  *   SD_CMD_SOCK_GET        dump: one message per bound or connected socket
  *     SD_A_SOCK_INODE u64, SD_A_SOCK_STATE u8 (TCP_* state numbers),
@@ -563,8 +564,14 @@ struct sd_zc_recv {
  *   SD_CMD_STATS_GET       do: SD_A_STATS nest { SD_STAT_* u64 }; inside
  *                          it, attributes of type 0 (SD_STAT_UNSPEC) are
  *                          alignment padding: skip them
+ *   SD_CMD_KEY_SET         admin: SD_A_KEY, SD_KEY_MIN_LEN to SD_KEY_MAX_LEN
+ *                          bytes: the namespace's fabric key, replacing any
+ *   SD_CMD_KEY_DEL         admin: no attributes; forgets the key (ENOENT:
+ *                          there was none)
+ *   SD_CMD_KEY_GET         admin: no attributes; the reply carries
+ *                          SD_A_KEY_FPR when a key is set, never the key
  *
- * Replies to RULE_ADD and STATS_GET carry their own command number.  A
+ * Replies to RULE_ADD, STATS_GET and KEY_GET carry their own command number.  A
  * RULE_ADD beyond SD_RULES_MAX rules fails with ENOSPC; a position past
  * the end appends.  Dumps resume by position: an entry added or removed
  * between two parts of one dump may be missed or shown twice.
@@ -581,6 +588,9 @@ enum sd_cmd {
 	SD_CMD_RULE_DEL,
 	SD_CMD_RULE_FLUSH,
 	SD_CMD_STATS_GET,
+	SD_CMD_KEY_SET,
+	SD_CMD_KEY_DEL,
+	SD_CMD_KEY_GET,
 	__SD_CMD_MAX,
 };
 
@@ -624,6 +634,8 @@ enum sd_attr {
 	SD_A_RULE_HITS,		/* u64, in dumps */
 	SD_A_RULE_COMMENT,	/* string, at most SD_RULE_COMMENT_MAX bytes */
 	SD_A_STATS,		/* nest: SD_STAT_* u64 */
+	SD_A_KEY,		/* binary, SD_KEY_MIN_LEN..SD_KEY_MAX_LEN */
+	SD_A_KEY_FPR,		/* binary[SD_KEY_FPR_LEN] */
 	__SD_A_MAX,
 };
 
@@ -640,6 +652,16 @@ enum sd_addr_attr {
 };
 
 #define SD_A_ADDR_MAX (__SD_A_ADDR_MAX - 1)
+
+/*
+ * The fabric key of a network namespace (SD_CMD_KEY_SET): the secret its
+ * monitor shares with the monitors of the other hosts it meets
+ * (Documentation/rdma.rst).  Its fingerprint is the first SD_KEY_FPR_LEN
+ * bytes of the SHA-256 of the key.
+ */
+#define SD_KEY_MIN_LEN		32
+#define SD_KEY_MAX_LEN		64
+#define SD_KEY_FPR_LEN		8
 
 /* A rule's comment: at most SD_RULE_COMMENT_MAX - 1 bytes and a NUL. */
 #define SD_RULE_COMMENT_MAX	64
@@ -669,6 +691,10 @@ enum sd_fallback {
 					 */
 	SD_FALLBACK_BUSY,		/* the remote listener's backlog
 					 * was full
+					 */
+	SD_FALLBACK_AUTH,		/* no fabric key here, or the other
+					 * host's monitor did not prove it
+					 * holds the same one
 					 */
 	__SD_FALLBACK_MAX,
 };
@@ -735,6 +761,10 @@ enum sd_stat {
 	SD_STAT_ZC_PINNED,	/* pool pages copied, not handed over, as
 				 * they may be pinned for DMA
 				 */
+	SD_STAT_FALLBACK_AUTH,	/* SD_FALLBACK_AUTH */
+	SD_STAT_RDV_AUTH_FAILED,	/* rendezvous messages that failed
+					 * authentication, either side
+					 */
 	__SD_STAT_MAX,
 };
 
