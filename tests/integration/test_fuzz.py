@@ -24,7 +24,9 @@ import subprocess
 import pytest
 
 import sdgenl
-from conftest import netns_del, netns_pair, ns_sysctl, nsrun, prog, sd_stats
+from conftest import (netns_del, netns_pair, ns_key, ns_sysctl, nsrun, prog,
+                      sd_stats)
+from rdvwire import KEY
 from sdsock import Family
 
 SECONDS = int(os.environ.get("SD_FUZZ_SECONDS", "20"))
@@ -96,13 +98,13 @@ def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak,
 
 FUZZ_NS = ("sdfz-h1", "sdfz-h2")
 FUZZ_ADDR = ("10.78.0.1", "10.78.0.2")
-FUZZ_RDV_PORT = 7482
+FUZZ_RDV_PORT = 746     # only root may bind it (net.sd.rendezvous_port)
 
 
 @pytest.fixture
 def fuzz_hosts():
     """Two namespaces, two hosts to AF_SD: redirection and the rendezvous
-    on in both."""
+    on in both, and one fabric key."""
     h1, h2 = FUZZ_NS
     netns_pair(h1, h2, "sdfz0", "sdfz1", *FUZZ_ADDR)
     for n in FUZZ_NS:
@@ -110,6 +112,7 @@ def fuzz_hosts():
                            ("rendezvous_timeout_ms", 10000)):
             err = ns_sysctl(n, key, value)
             assert err is None, err
+        ns_key(n, KEY)
     yield h1, h2
     netns_del(*FUZZ_NS)
 
