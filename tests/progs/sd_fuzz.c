@@ -305,6 +305,53 @@ static void *storm(void *arg)
 	return NULL;
 }
 
+/*
+ * Before the fuzzing: one RDMA connection for certain, its client here and
+ * its server end and listener there, in the hot slots, with a bridge
+ * descriptor for the client.  Says so on stderr when the monitors would
+ * not make it (the test then finds no RDMA connection counted).
+ */
+static void remote_first(struct rng *r)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote,
+				 .sin_port = htons(REMOTE_BASE) };
+	struct sd_rdma_half h;
+	int one = 1, l, c, s = -1;
+
+	if (setns(there_fd, CLONE_NEWNET))
+		return;
+	l = socket(AF_SD, SOCK_STREAM, SD_PROTO_INET);
+	if (l >= 0 && (setsockopt(l, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one)) ||
+		       bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 4)))
+		perror("sd_fuzz: the first listener there");
+	if (setns(here_fd, CLONE_NEWNET))
+		abort();
+	c = socket(AF_SD, SOCK_STREAM, SD_PROTO_INET);
+	memset(&h, 0, sizeof(h));
+	fill(r, h.gid, sizeof(h.gid));
+	h.qpn = 1;
+	h.psn = 1;
+	h.ring_size = 65536;
+	h.mtu = 3;
+	if (c < 0 || setsockopt(c, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one)) ||
+	    setsockopt(c, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h)) ||
+	    connect(c, (struct sockaddr *)&a, sizeof(a)))
+		perror("sd_fuzz: the first RDMA connect");
+	else if ((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) < 0)
+		perror("sd_fuzz: the first accept there");
+	if (s >= 0) {
+		h.qpn = 2;
+		setsockopt(s, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
+		timeouts(s);
+	}
+	timeouts(l);
+	timeouts(c);
+	slots[0] = c;
+	slots[1] = s;
+	slots[2] = l;
+	slots[3] = ioctl(c, SD_IOC_RDMA_BRIDGE);
+}
+
 static void one_call(struct rng *r);
 
 static void do_remote(struct rng *r)
@@ -819,6 +866,12 @@ static size_t nl_request(struct rng *r, unsigned char *b, size_t room)
 	h->nlmsg_type = (uint16_t)nl_family;
 	h->nlmsg_flags = flags;
 	h->nlmsg_seq = (uint32_t)next(r);
+	/*
+	 * With another host, the fabric key stays: without it every remote
+	 * connect is TCP's (the key commands are fuzzed in local runs).
+	 */
+	if (there_fd >= 0 && (cmd == SD_CMD_KEY_SET || cmd == SD_CMD_KEY_DEL))
+		cmd = SD_CMD_KEY_GET;
 	g->cmd = (uint8_t)cmd;
 	g->version = below(r, 8) ? SD_GENL_VERSION : (uint8_t)next(r);
 	if (below(r, 16) == 0)
@@ -1182,6 +1235,11 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < SLOTS; i++)
 		slots[i] = -1;
+	if (there_fd >= 0) {
+		struct rng r = { seed };
+
+		remote_first(&r);
+	}
 	setpgid(0, 0);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGIO, SIG_IGN);
