@@ -443,16 +443,17 @@ def test_rings_are_charged_to_the_memory_cgroup(no_leak):
                     err = r
                     break
                 keep.append(c)
-            print(len(keep), err)
+            # The cgroup is full to the page now: a write to a pipe or
+            # an open would need a page of it.  The exit status says it.
+            os._exit(len(keep) if err == "ENOMEM" and len(keep) < 250
+                     else 255)
         """) % (os.path.dirname(os.path.abspath(__file__)), cg)
         out = subprocess.run([sys.executable, "-c", probe],
                              capture_output=True, text=True, timeout=300)
-        assert out.returncode == 0, out.stderr
-        made, err = out.stdout.split()
         # 256 KiB of rings per connection against 16 MiB: it must stop
-        # early, with ENOMEM, and the process must survive (no OOM kill).
-        assert err == "ENOMEM"
-        assert 5 < int(made) < 64
+        # early, with ENOMEM, and the process must survive (no OOM kill,
+        # which would be -9).
+        assert 5 < out.returncode < 64, (out.returncode, out.stderr)
     finally:
         wait_for(lambda: not open(cg + "/cgroup.procs").read().strip())
         os.rmdir(cg)
