@@ -2005,16 +2005,13 @@ FORGED_REPLIES = {
 }
 
 
-def test_malformed_replies_fall_back_with_reason_handshake(h):
-    """Each malformed reply to the RDMA request (the fake keeps the
-    connection open, but for the short one) makes the connect fall back
-    to TCP at once, reason handshake, counted as failed; the bytes echo
-    through a plain TCP server."""
+def replies_fall_back(h, plans, reason):
+    """A connect per fake reply (plans: name -> the fake's plan), each to
+    fall back to TCP at once with reason, its bytes echoed through a plain
+    TCP server.  Returns A's counter changes."""
     h.echo_server()
-    names = sorted(MALFORMED_REPLIES)
-    fake = h.fake_monitor([[MALFORMED_REPLIES[n]] +
-                           ([["close"]] if n == "short" else [])
-                           for n in names])
+    names = sorted(plans)
+    fake = h.fake_monitor([plans[n] for n in names])
     da = Counters(A)
     bad = {}
     for i, n in enumerate(names):
@@ -2027,11 +2024,22 @@ def test_malformed_replies_fall_back_with_reason_handshake(h):
             bad[n] = (out, round(job.elapsed, 1))
     assert not bad, bad
     reasons = [e.get("fallback") for e in sockets_to(A, ADDR_B, PORT)]
-    assert reasons == ["handshake"] * len(names), reasons
+    assert reasons == [reason] * len(names), reasons
     got = da()
-    assert fallbacks(got) == {"fallback_handshake": len(names)}, got
-    assert got.get("rdv_failed") == len(names), got
+    assert fallbacks(got) == {"fallback_" + reason: len(names)}, got
     assert "rdma_connects" not in got, got
+    return got
+
+
+def test_malformed_replies_fall_back_with_reason_handshake(h):
+    """Each malformed reply to the RDMA request (the fake keeps the
+    connection open, but for the short one) makes the connect fall back
+    to TCP at once, reason handshake, counted as failed; the bytes echo
+    through a plain TCP server."""
+    plans = {n: [r] + ([["close"]] if n == "short" else [])
+             for n, r in MALFORMED_REPLIES.items()}
+    got = replies_fall_back(h, plans, "handshake")
+    assert got.get("rdv_failed") == len(plans), got
 
 
 def test_forged_replies_fall_back_with_reason_auth(h):
@@ -2040,26 +2048,8 @@ def test_forged_replies_fall_back_with_reason_auth(h):
     believed: the connect falls back to TCP at once, reason auth, counted
     in rdv_auth_failed; nothing is connected over RDMA; the bytes echo
     through a plain TCP server."""
-    h.echo_server()
-    names = sorted(FORGED_REPLIES)
-    fake = h.fake_monitor([FORGED_REPLIES[n] for n in names])
-    da = Counters(A)
-    bad = {}
-    for i, n in enumerate(names):
-        job = h.a.start(f"""
-            dial('c{i}', {ADDR_B!r}, {PORT}, half=os.urandom(80))
-            return [kind('c{i}'), echo('c{i}')]""")
-        out = job.outcome(30)
-        fake.request(i)
-        if out != ["tcp", True] or job.elapsed > 5:
-            bad[n] = (out, round(job.elapsed, 1))
-    assert not bad, bad
-    reasons = [e.get("fallback") for e in sockets_to(A, ADDR_B, PORT)]
-    assert reasons == ["auth"] * len(names), reasons
-    got = da()
-    assert fallbacks(got) == {"fallback_auth": len(names)}, got
-    assert got.get("rdv_auth_failed") == len(names), got
-    assert "rdma_connects" not in got, got
+    got = replies_fall_back(h, FORGED_REPLIES, "auth")
+    assert got.get("rdv_auth_failed") == len(FORGED_REPLIES), got
 
 
 def test_a_monitor_with_another_key_means_tcp_with_reason_auth(h):

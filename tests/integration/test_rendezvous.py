@@ -465,42 +465,43 @@ def is_hello(data, keyed=True):
     return bool(flags & w.HELLO_KEYED) == keyed
 
 
+def answered_once(hostile, timeout_ms, good_first):
+    """h2's monitor probed with the good request and each hostile one (the
+    good one first or last): the good one is answered, each hostile one
+    gets nothing after the HELLO.  Returns h2's counter changes."""
+    assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
+    assert setting(H2, "rendezvous_timeout_ms", timeout_ms).returncode == 0
+    good = {"good": ("sealed", GOOD_REQUEST)}
+    cases = {**good, **hostile} if good_first else {**hostile, **good}
+    d = Delta(H2)
+    got = probe(cases)
+    assert got["good"] == GOOD_REPLY, got["good"]
+    for name in hostile:
+        assert is_hello(got[name]), (name, got[name])
+    delta = d()
+    assert delta.get("rdv_answered") == 1, delta
+    return delta
+
+
 def test_monitor_answers_a_good_request_and_nothing_else(hosts):
     """Each malformed request, in place of a HELLO or after one, gets no
     answer beyond the monitor's HELLO (then a close); only the good one is
     answered; the monitor counts every failure, none of them as one of
     authentication."""
-    assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
-    assert setting(H2, "rendezvous_timeout_ms", 500).returncode == 0
-    cases = dict(HOSTILE_REQUESTS, good=("sealed", GOOD_REQUEST))
-    d = Delta(H2)
-    got = probe(cases)
-    assert got["good"] == GOOD_REPLY, got["good"]
-    for name in HOSTILE_REQUESTS:
-        assert is_hello(got[name]), (name, got[name])
-    delta = d()
-    assert delta.get("rdv_answered") == 1, delta
+    delta = answered_once(HOSTILE_REQUESTS, 500, good_first=False)
     assert delta.get("rdv_failed") == len(HOSTILE_REQUESTS), delta
     assert "rdv_auth_failed" not in delta, delta
 
 
 def test_forged_replayed_or_changed_requests_are_dropped_and_counted(hosts):
-    """A request that is well formed but whose tag does not check (zeros, another fabric key, a byte changed after sealing, a good
-    request of an earlier exchange replayed with the same client nonce, a
-    message sealed in the monitor's direction, the second message's number
-    first, a bit of the tag flipped) gets nothing after the HELLO, counted in
+    """A request that is well formed but whose tag does not check (zeros,
+    another fabric key, a byte changed after sealing, a good request of an
+    earlier exchange replayed with the same client nonce, a message sealed
+    in the monitor's direction, the second message's number first, a bit
+    of the tag flipped) gets nothing after the HELLO, counted in
     rdv_auth_failed; the good one before them was answered."""
-    assert setting(H2, "rendezvous_port", RDV_PORT).returncode == 0
-    assert setting(H2, "rendezvous_timeout_ms", 2000).returncode == 0
-    cases = {"good": ("sealed", GOOD_REQUEST)}
-    cases.update({name: (name, GOOD_REQUEST) for name in FORGED_REQUESTS})
-    d = Delta(H2)
-    got = probe(cases)
-    assert got["good"] == GOOD_REPLY, got["good"]
-    for name in FORGED_REQUESTS:
-        assert is_hello(got[name]), (name, got[name])
-    delta = d()
-    assert delta.get("rdv_answered") == 1, delta
+    forged = {name: (name, GOOD_REQUEST) for name in FORGED_REQUESTS}
+    delta = answered_once(forged, 2000, good_first=True)
     assert delta.get("rdv_auth_failed") == len(FORGED_REQUESTS), delta
     assert "rdv_failed" not in delta, delta
 
