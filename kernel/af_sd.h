@@ -91,6 +91,12 @@ struct sd_ring {
 	 */
 	struct pid	*prod_owner;
 	struct pid	*cons_owner;
+	/*
+	 * The owner's image (its self_exec_id when granted): a busy count
+	 * an image left up when it exec()ed holds nobody.
+	 */
+	u64		prod_exec;
+	u64		cons_exec;
 	u32		token_seq;	/* under conn->lock */
 
 	struct sd_zc_queue zq;		/* zero-copy pages, this direction */
@@ -116,7 +122,8 @@ struct sd_ring_hdr {
 	u8	pad3[112];
 	u32	prod_token;			/* kernel, read-mostly */
 	u32	cons_token;
-	u8	pad4[120];
+	u32	cons_lowat;			/* the consumer's SO_RCVLOWAT */
+	u8	pad4[116];
 };
 
 #define SD_RING_HDR_PROD	0
@@ -401,6 +408,7 @@ int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 		 size_t len, bool peek, size_t *done);
 int sd_ring_readable(struct sd_ring *ring, size_t *bytes);
+int sd_ring_readable_at_least(struct sd_ring *ring, size_t want);
 int sd_ring_space(struct sd_ring *ring, u32 *space);
 u32 sd_ring_space_hint(struct sd_ring *ring);
 bool sd_ring_credit(struct sd_ring *ring, bool force);
@@ -458,6 +466,7 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg);
 int sd_setsockopt(struct socket *sock, int level, int optname,
 		  sockptr_t optval, unsigned int optlen);
+int sd_set_rcvlowat(struct sock *sk, int val);
 int sd_getsockopt(struct socket *sock, int level, int optname,
 		  char __user *optval, int __user *optlen);
 int sd_mmap(struct file *file, struct socket *sock,

@@ -39,6 +39,21 @@ static bool sd_tx_done(struct sock *sk)
 	       READ_ONCE(ss->conn->gone[!ss->side]);
 }
 
+/*
+ * SO_RCVLOWAT as the receive path applies it: at least 1, and at most half
+ * the receive ring (more could never be readable at once; TCP caps it at
+ * half its buffer likewise).
+ */
+static int sd_rcvlowat(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	int val = max_t(int, READ_ONCE(sk->sk_rcvlowat), 1);
+
+	if (ss->conn)
+		val = min_t(u32, val, sd_rx(ss)->size / 2);
+	return val;
+}
+
 bool sd_rx_unread(struct sd_sock *ss)
 {
 	return ss->conn && !READ_ONCE(ss->conn->gone[ss->side]) &&
@@ -345,7 +360,7 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	if (!len)
 		goto out;
 	len = min_t(size_t, len, INT_MAX);
-	target = sock_rcvlowat(sk, flags & MSG_WAITALL, len);
+	target = (flags & MSG_WAITALL) ? len : min_t(size_t, sd_rcvlowat(sk), len);
 	add_wait_queue(sk_sleep(sk), &wait);
 	for (;;) {
 		u8 shutdown = READ_ONCE(sk->sk_shutdown);
@@ -440,12 +455,15 @@ static bool sd_tx_writable(struct sd_sock *ss)
  */
 static bool sd_rx_ready_armed(struct sd_sock *ss)
 {
-	if (sd_ring_readable(sd_rx(ss), NULL))
+	/* As TCP's poll: readable once SO_RCVLOWAT bytes are there. */
+	size_t want = sd_rcvlowat(&ss->sk);
+
+	if (sd_ring_readable_at_least(sd_rx(ss), want))
 		return true;
 	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_CONS, SD_RING_READER_WAIT);
 	/* Flag store before the header load (pairs: the writer's) */
 	smp_mb__after_atomic();
-	return sd_ring_readable(sd_rx(ss), NULL) != 0;
+	return sd_ring_readable_at_least(sd_rx(ss), want) != 0;
 }
 
 __poll_t sd_poll(struct file *file, struct socket *sock,
@@ -791,6 +809,75 @@ out_put:
 	return err;
 }
 
+/*
+ * SD_IOC_SEND_WAIT: the caller's process drives the producer side and is
+ * inside a send (busy held, <linux/sd.h>); sleep until the ring has room
+ * past the tail it published, the connection can take no more, SO_SNDTIMEO
+ * runs out or a signal comes.  The side stays the caller's throughout, so
+ * no other call's bytes come between the ones its send wrote before and
+ * after.  Takes the socket lock (sk_wait_event() lets go of it while
+ * asleep); not the send mutex, which a call waiting for busy to clear may
+ * hold and let go of only by polling (sd_lock_call()).
+ */
+static int sd_send_wait(struct sock *sk, u32 __user *arg)
+{
+	DEFINE_WAIT_FUNC(wait, woken_wake_function);
+	struct sd_sock *ss = sd_sk(sk);
+	bool armed = false;
+	struct sd_ring *ring;
+	long timeo;
+	u32 dir;
+	int err;
+
+	if (get_user(dir, arg))
+		return -EFAULT;
+	if (dir != SD_TOKEN_TX)
+		return -EINVAL;
+	lock_sock(sk);
+	err = -ENOTCONN;
+	if (!ss->conn)
+		goto out;
+	ring = sd_tx(ss);
+	err = -EBUSY;
+	if (READ_ONCE(ring->prod_owner) != task_tgid(current))
+		goto out;
+	timeo = sock_sndtimeo(sk, false);
+	add_wait_queue(sk_sleep(sk), &wait);
+	for (;;) {
+		err = -EPIPE;
+		if (sd_tx_done(sk))
+			break;
+		err = 0;
+		if (sd_ring_space_hint(ring) >= SD_TX_MIN_SPACE)
+			break;
+		/* Rule 4: ask for credit, then look once more. */
+		if (!armed) {
+			armed = true;
+			sd_ring_set_flags(ring, SD_RING_HDR_PROD,
+					  SD_RING_NEED_CREDIT);
+			/* Flag before the credit load (pairs: sd_ring_credit) */
+			smp_mb__after_atomic();
+			continue;
+		}
+		err = -EAGAIN;
+		if (!timeo)
+			break;
+		err = -EINTR;
+		if (signal_pending(current))
+			break;
+		sk_wait_event(sk, &timeo,
+			      sd_ring_space_hint(ring) >= SD_TX_MIN_SPACE ||
+			      sd_tx_done(sk), &wait);
+	}
+	remove_wait_queue(sk_sleep(sk), &wait);
+	if (armed && ss->conn)
+		sd_done_waiting(sk, ring, SD_RING_HDR_PROD,
+				SD_RING_NEED_CREDIT);
+out:
+	release_sock(sk);
+	return err;
+}
+
 static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg);
 
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
@@ -828,6 +915,8 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 		return sd_rdma_ioctl(sk, (u32 __user *)arg);
 	case SD_IOC_RECV_WAIT:
 		return sd_recv_wait(sock, (int __user *)arg);
+	case SD_IOC_SEND_WAIT:
+		return sd_send_wait(sk, (u32 __user *)arg);
 	case SD_IOC_RDMA_BRIDGE:
 		return sd_bridge_open(sk);
 	case SIOCINQ:
@@ -1034,6 +1123,46 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 	}
 }
 
+/*
+ * Mirror SO_RCVLOWAT into the receive ring for libsd, which decides there
+ * whether a blocking receive may return what it found.  Only libsd reads
+ * it, for its own calls: the kernel's paths use sk_rcvlowat.  Under the
+ * socket lock.
+ */
+static void sd_mirror_rcvlowat(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+
+	if (ss->conn)
+		WRITE_ONCE(sd_ring_hdr(sd_rx(ss))->cons_lowat, sd_rcvlowat(sk));
+}
+
+/*
+ * proto_ops.set_rcvlowat: setsockopt(SOL_SOCKET, SO_RCVLOWAT), with the
+ * socket locked (sk_setsockopt()).  A socket that fell back passes it on
+ * to its TCP socket, whose receive path applies it from then on.
+ */
+int sd_set_rcvlowat(struct sock *sk, int val)
+{
+	struct socket *tcp = sd_tcp_sock(sk);
+	int err = 0;
+
+	WRITE_ONCE(sk->sk_rcvlowat, val ? : 1);
+	if (tcp) {
+		lock_sock(tcp->sk);
+		if (tcp->ops->set_rcvlowat)
+			err = tcp->ops->set_rcvlowat(tcp->sk, val);
+		else
+			WRITE_ONCE(tcp->sk->sk_rcvlowat, val ? : 1);
+		release_sock(tcp->sk);
+		return err;
+	}
+	sd_mirror_rcvlowat(sk);
+	/* A reader asleep may have enough now, as TCP's wakes it. */
+	sk->sk_data_ready(sk);
+	return 0;
+}
+
 static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
 			       int __user *optlen)
 {
@@ -1053,6 +1182,7 @@ static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
 	}
 	sd_ring_offsets(sd_tx(ss), &off.tx);
 	sd_ring_offsets(sd_rx(ss), &off.rx);
+	sd_mirror_rcvlowat(sk);
 	release_sock(sk);
 
 	len = sizeof(off);

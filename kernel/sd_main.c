@@ -147,6 +147,7 @@ const struct proto_ops sd_stream_ops = {
 	.shutdown	= sd_shutdown,
 	.setsockopt	= sd_setsockopt,
 	.getsockopt	= sd_getsockopt,
+	.set_rcvlowat	= sd_set_rcvlowat,
 	.sendmsg	= sd_sendmsg,
 	.recvmsg	= sd_recvmsg,
 	.mmap		= sd_mmap,

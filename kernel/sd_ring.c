@@ -135,6 +135,7 @@ void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
 	off->cons_busy = offsetof(struct sd_ring_hdr, cons_busy);
 	off->prod_token = offsetof(struct sd_ring_hdr, prod_token);
 	off->cons_token = offsetof(struct sd_ring_hdr, cons_token);
+	off->cons_lowat = offsetof(struct sd_ring_hdr, cons_lowat);
 }
 
 int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma)
@@ -434,10 +435,11 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 }
 
 /*
- * Consumer: bytes readable now.  With bytes == NULL, only whether any is
- * (1 or 0), which is what poll asks and stops at the first record.
+ * Consumer: bytes readable now, counted up to @enough at least (the walk
+ * stops once it has that many).  Returns 1 if any is, 0 if none, or a
+ * negative errno for a corrupt ring; *bytes (optional) gets the count.
  */
-int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
+static int sd_ring_count(struct sd_ring *ring, size_t enough, size_t *bytes)
 {
 	u64 credit = READ_ONCE(sd_ring_hdr(ring)->consumer);
 	size_t total = 0;
@@ -463,8 +465,8 @@ int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
 				return ret;
 			total += rlen - min(roff, rlen);
 			roff = 0;
-			if (!bytes)
-				return 1;
+			if (total >= enough)
+				break;
 		}
 		pos += SD_REC_SPACE(rlen);
 		walked += SD_REC_SPACE(rlen);
@@ -472,6 +474,27 @@ int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
 	if (bytes)
 		*bytes = total;
 	return total > 0;
+}
+
+/*
+ * Consumer: bytes readable now.  With bytes == NULL, only whether any is
+ * (1 or 0), which is what poll asks and stops at the first record.
+ */
+int sd_ring_readable(struct sd_ring *ring, size_t *bytes)
+{
+	return sd_ring_count(ring, bytes ? SIZE_MAX : 1, bytes);
+}
+
+/*
+ * Consumer: whether at least @want bytes are readable now (poll under
+ * SO_RCVLOWAT): 1 or 0, or a negative errno for a corrupt ring.
+ */
+int sd_ring_readable_at_least(struct sd_ring *ring, size_t want)
+{
+	size_t bytes = 0;
+	int ret = sd_ring_count(ring, want, &bytes);
+
+	return ret < 0 ? ret : bytes >= want;
 }
 
 /*
@@ -524,12 +547,19 @@ void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off)
 	}
 }
 
-static bool sd_owner_alive(struct pid *owner)
+/*
+ * Whether the image that owns a side still runs: its process is there and
+ * has not exec()ed since (a thread killed by another's exec mid-call
+ * leaves busy up for good).
+ */
+static bool sd_owner_alive(struct pid *owner, u64 exec_id)
 {
+	struct task_struct *t;
 	bool alive;
 
 	rcu_read_lock();
-	alive = !!pid_task(owner, PIDTYPE_TGID);
+	t = pid_task(owner, PIDTYPE_TGID);
+	alive = t && READ_ONCE(t->self_exec_id) == exec_id;
 	rcu_read_unlock();
 	return alive;
 }
@@ -611,7 +641,8 @@ bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner)
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);
 
 	return READ_ONCE(*(prod ? &h->prod_busy : &h->cons_busy)) &&
-	       sd_owner_alive(owner);
+	       sd_owner_alive(owner, prod ? READ_ONCE(ring->prod_exec) :
+					    READ_ONCE(ring->cons_exec));
 }
 
 /*
@@ -644,11 +675,14 @@ int sd_ring_reclaim(struct sd_ring *ring, bool prod)
 	/*
 	 * The owner is mid-call: the caller must let go of its locks (the
 	 * owner may need them to finish in the kernel), wait, and retry.
-	 * The owner itself calling (libsd finishing a call in the kernel,
-	 * busy still set so that nobody else gets in between) does not wait.
+	 * Whoever the caller is: another thread of the owner's process (a
+	 * raw system call, a dup()ed descriptor) waits as any process does,
+	 * or its bytes would land where the owner's copy is writing.  An
+	 * owner that must sleep mid-call does so holding the side
+	 * (SD_IOC_SEND_WAIT), never through the system calls.
 	 */
-	if (*owner != task_tgid(current) && READ_ONCE(*busy) &&
-	    sd_owner_alive(*owner))
+	if (READ_ONCE(*busy) &&
+	    sd_owner_alive(*owner, prod ? ring->prod_exec : ring->cons_exec))
 		return -EAGAIN;
 	err = prod ? sd_take_prod(ring) : sd_take_cons(ring);
 	put_pid(*owner);
@@ -670,6 +704,7 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 	if (prod) {
 		tok->pos = ring->tail;
 		WRITE_ONCE(h->prod_pos, ring->tail);
+		WRITE_ONCE(ring->prod_exec, current->self_exec_id);
 		WRITE_ONCE(ring->prod_owner, get_task_pid(current, PIDTYPE_TGID));
 		/* Position before the token that makes it the owner's. */
 		smp_store_release(&h->prod_token, token);
@@ -679,6 +714,7 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 		tok->off = ring->rec_off;
 		WRITE_ONCE(h->cons_pos, ring->head);
 		WRITE_ONCE(h->cons_off, ring->rec_off);
+		WRITE_ONCE(ring->cons_exec, current->self_exec_id);
 		WRITE_ONCE(ring->cons_owner, get_task_pid(current, PIDTYPE_TGID));
 		/* Position before the token that makes it the owner's. */
 		smp_store_release(&h->cons_token, token);

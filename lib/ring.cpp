@@ -190,6 +190,7 @@ int layout(void *buf, std::size_t buf_len, std::size_t size, sd_ring_offset &off
 		.cons_busy = 3 * CACHE_GAP + sizeof(std::uint64_t) + sizeof(std::uint32_t),
 		.prod_token = 4 * CACHE_GAP,
 		.cons_token = 4 * CACHE_GAP + sizeof(std::uint32_t),
+		.cons_lowat = 4 * CACHE_GAP + 2 * sizeof(std::uint32_t),
 	};
 	return 0;
 }

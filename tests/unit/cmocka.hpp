@@ -94,7 +94,7 @@ inline GuardedRing *guarded_ring(std::size_t size, bool data_first = false)
 		  .data = 0, .size = size, .mmap_len = size + pg,
 		  .prod_pos = size + 256, .prod_busy = size + 264,
 		  .cons_pos = size + 384, .cons_off = size + 392, .cons_busy = size + 396,
-		  .prod_token = size + 512, .cons_token = size + 516};
+		  .prod_token = size + 512, .cons_token = size + 516, .cons_lowat = size + 520};
 	if (mprotect(r->map, pg, PROT_NONE) || mprotect(r->base + size + pg, pg, PROT_NONE))
 		return delete r, nullptr;
 	return r;

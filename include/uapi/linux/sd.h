@@ -332,6 +332,7 @@ struct sd_ring_offset {
 	__u64 cons_busy;	/* __u32, written by a user consumer */
 	__u64 prod_token;	/* __u32 owner of the producer side (kernel) */
 	__u64 cons_token;	/* __u32 owner of the consumer side (kernel) */
+	__u64 cons_lowat;	/* __u32 the consumer's SO_RCVLOWAT (kernel) */
 };
 
 struct sd_mmap_offsets {
@@ -368,9 +369,20 @@ struct sd_mmap_offsets {
  * busy is a count, never stored: every process that may think it owns
  * the side touches it, and each takes back only what it added.
  * The kernel, taking over: store the token word; full barrier; wait until
- * busy is 0 (or the owner is gone); read and check the position.  busy
- * stays 1 for a whole send or receive call, sleeps included, so one call's
- * bytes are never interleaved with another's.
+ * busy is 0 (or the owner is gone); read and check the position.  It
+ * waits whoever asks, the owner's own threads included: a call in flight
+ * is exclusive against every other path into the side.  busy stays 1 for
+ * a whole send or receive call, sleeps included, so one call's bytes are
+ * never interleaved with another's.
+ *
+ * ioctl(fd, SD_IOC_SEND_WAIT, &dir) with dir SD_TOKEN_TX: the caller's
+ * process drives the producer side and is inside a call (busy held);
+ * sleep until the ring has room for a record past the position it
+ * published, as a blocking send sleeps.  0: look again.  EAGAIN:
+ * SO_SNDTIMEO ran out (each wait is bounded by it).  EINTR: a signal
+ * came (never restarted: the caller ends its call first and decides).
+ * EPIPE: the connection can take no more bytes (the caller ends its call
+ * and the system call reports why).  EBUSY: the side is not the caller's.
  *
  * ioctl(fd, SD_IOC_WAKE, &dir): after publishing records with
  * SD_RING_READER_WAIT set (dir SD_TOKEN_TX), or credit with
@@ -390,6 +402,7 @@ struct sd_token {
 #define SD_IOC_ACQUIRE		_IOWR('S', 0xD1, struct sd_token)
 #define SD_IOC_RELEASE		_IOW('S', 0xD2, __u32)
 #define SD_IOC_WAKE		_IOW('S', 0xD3, __u32)
+#define SD_IOC_SEND_WAIT	_IOW('S', 0xE1, __u32)
 #define SD_IOC_RDMA		_IOW('S', 0xD6, __u32)
 
 /*
