@@ -15,10 +15,18 @@
 // Per socket and direction: a process-local mutex serialises the threads
 // of this process (uncontended for one thread), and the token says whether
 // this process drives the side at all.  Each call: busy = 1, full fence,
-// token still ours?  ... work ...  publish the position, busy = 0.
+// token still ours?  ... work ...  publish the position, busy = 0.  While
+// busy is set the kernel lets no other call into the side, whichever
+// thread, descriptor or system call it comes from (<linux/sd.h>, "Tokens").
+//
+// A data call holds a CallRef on its side from start to end, the kernel's
+// path included, as the kernel holds a file reference for a system call:
+// a close() of the fd meanwhile leaves the fd open until the call is out
+// (Documentation/shim.rst, "Descriptors").
 #include "hooks.hpp"
 
 #include "fast.hpp"
+#include "signals.hpp"
 #include "zcpool.hpp"
 
 #include <errno.h>
@@ -52,6 +60,7 @@ void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
 	s.cons_flags = at<std::uint32_t>(map, o.cons_flags);
 	s.pos = at<std::uint64_t>(map, prod ? o.prod_pos : o.cons_pos);
 	s.off = prod ? nullptr : at<std::uint32_t>(map, o.cons_off);
+	s.lowat = prod ? nullptr : at<std::uint32_t>(map, o.cons_lowat);
 	s.credit = at<std::uint64_t>(map, o.consumer);
 	s.size = o.size;
 }
@@ -88,10 +97,20 @@ void keep_spare(Conn *c)
 	pthread_mutex_unlock(&spare_lock);
 }
 
+// Whether a data call is in flight on c (CallRef).
+bool in_flight(const Conn *c)
+{
+	return c->tx.calls.load(std::memory_order_seq_cst) ||
+	       c->rx.calls.load(std::memory_order_seq_cst);
+}
+
 // Unmap c if no call is inside it (a call holds a side lock while it uses
-// the rings).  Never waits: a send may sleep in the kernel with the lock.
+// the rings, and a CallRef until it returns).  Never waits: a send may
+// sleep in the kernel with the lock.
 bool try_unmap(Conn *c)
 {
+	if (in_flight(c) || c->defer_fd.load(std::memory_order_seq_cst) >= 0)
+		return false;
 	if (pthread_mutex_trylock(&c->tx.lock))
 		return false;
 	if (pthread_mutex_trylock(&c->rx.lock)) {
@@ -110,12 +129,15 @@ bool try_unmap(Conn *c)
 Conn *zombies;
 
 // Unmap a Conn no longer in conns[] and keep it for reuse, now or (a call
-// of another thread still inside it) at a later drop.
+// of another thread still inside it) at a later drop.  drop(nullptr)
+// only looks at those left for later.
 void drop(Conn *c)
 {
 	pthread_mutex_lock(&spare_lock);
-	c->next_spare = zombies;
-	zombies = c;
+	if (c) {
+		c->next_spare = zombies;
+		zombies = c;
+	}
 	Conn *all = zombies;
 	zombies = nullptr;
 	pthread_mutex_unlock(&spare_lock);
@@ -177,6 +199,8 @@ Conn *get(int fd)
 	c->tx_map = tx;
 	c->rx_map = rx;
 	c->off = off;
+	c->shared.store(!fds.own(fd), std::memory_order_relaxed);
+	c->defer_fd.store(-1, std::memory_order_relaxed);
 	int fl = real::fcntl()(fd, F_GETFL);
 	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
 	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
@@ -206,6 +230,103 @@ void forget(int fd)
 		drop(c);
 }
 
+// The last call in flight on c is out: carry out the close() it held up.
+void finish_close(Conn *c)
+{
+	const int fd = c->defer_fd.exchange(-1, std::memory_order_seq_cst);
+
+	if (fd >= 0) {
+		const int saved = errno;
+		(void)real::close()(fd);
+		errno = saved;
+		drop(nullptr);
+	}
+}
+
+// fd is being closed: its state goes, and the close itself waits for the
+// data calls in flight on it (true: it was left to the last of them, and
+// the fd stays open until then).  c->defer_fd before the counts, each
+// call's count before its look at defer_fd (CallRef): of a close and a
+// call leaving at once, at least one sees the other, and exchange() lets
+// only one of them close.
+bool close_deferred(int fd)
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
+		return false;
+	Conn *c = conns[fd].exchange(nullptr, std::memory_order_acq_rel);
+	if (!c)
+		return false;
+	c->defer_fd.store(fd, std::memory_order_seq_cst);
+	if (in_flight(c)) {
+		drop(c);
+		return true;
+	}
+	const bool mine = c->defer_fd.exchange(-1, std::memory_order_seq_cst) >= 0;
+	drop(c);
+	// A call that left meanwhile took the close (it is done or under way).
+	return !mine;
+}
+
+// This process's id, to tell a child of vfork (which runs on its parent's
+// memory and runs no fork handlers) from the process itself.
+std::atomic<pid_t> my_pid{0};
+
+// Whether this is a child of vfork: it shares the parent's memory, so a
+// close or dup2 there must leave the parent's state alone (one getpid
+// system call, on the close of an AF_SD socket only).
+bool vfork_child()
+{
+	return getpid() != my_pid.load(std::memory_order_relaxed);
+}
+
+// A data call on one side, from the hook's start to its end.
+class CallRef {
+public:
+	CallRef(Conn *c, Side &s) noexcept : c_(c), s_(s)
+	{
+		s.calls.fetch_add(1, std::memory_order_seq_cst);
+	}
+	~CallRef()
+	{
+		s_.calls.fetch_sub(1, std::memory_order_seq_cst);
+		if (c_->defer_fd.load(std::memory_order_seq_cst) >= 0 && !in_flight(c_))
+			finish_close(c_);
+	}
+	CallRef(const CallRef &) = delete;
+	CallRef &operator=(const CallRef &) = delete;
+
+private:
+	Conn *c_;
+	Side &s_;
+};
+
+// The kernel's path for a call the fast path does not finish, made here
+// under the call's CallRef (so the fd is the socket's throughout) and with
+// signals delivered as they come, as around any system call.
+template <typename Kernel> bool kernel_path(Kernel &kernel, ssize_t *result)
+{
+	sig::Open open;
+	*result = kernel();
+	return true;
+}
+
+// Whether a call on c that found nothing to do must not wait.  The file's
+// O_NONBLOCK is cached, and read again when someone the shim cannot follow
+// may have changed it (Conn::shared).
+bool nonblocking(int fd, Conn *c, int flags)
+{
+	if (flags & MSG_DONTWAIT)
+		return true;
+	if (c->shared.load(std::memory_order_relaxed)) {
+		const int saved = errno;
+		const int fl = real::fcntl()(fd, F_GETFL);
+		errno = saved;
+		if (fl >= 0)
+			c->nonblock.store(fl & O_NONBLOCK, std::memory_order_relaxed);
+	}
+	return c->nonblock.load(std::memory_order_relaxed);
+}
+
 // Become the owner of a side (SD_IOC_ACQUIRE) and set up its ring code:
 // the new token, or 0.
 std::uint32_t acquire(Conn *c, Side &s, bool prod)
@@ -221,14 +342,12 @@ std::uint32_t acquire(Conn *c, Side &s, bool prod)
 	return tok.token;
 }
 
-// The threads of this process take turns on a side.  A process with one
-// thread has nobody to take turns with: glibc's __libc_single_threaded
-// stays true until the first thread is created, which only this thread
-// could do, and not while it is in here.
+// The threads of this process take turns on a side.  Always taken, even
+// while glibc's __libc_single_threaded says there is one thread: a thread
+// made by a raw clone() leaves it set.  Uncontended, it costs an atomic
+// exchange each way.
 bool lock_side(Side &s)
 {
-	if (__libc_single_threaded)
-		return false;
 	pthread_mutex_lock(&s.lock);
 	return true;
 }
@@ -308,12 +427,43 @@ template <typename End> bool arm_and_retry(End &e, int &tries, ssize_t &n)
 	return false;
 }
 
+// What a send that could not finish at once ran into (send_rest()).
+enum class Stop {
+	NONE,		// it finished, or the last write said why not (n)
+	AGAIN,		// non-blocking, or SO_SNDTIMEO ran out
+	SIGNAL,		// a signal came while it waited
+	KERNEL,		// the connection ended: the kernel's path says how
+};
+
+// Sleep in the kernel until the ring has room, holding the side: busy
+// stays set, so that no other call's bytes come between ours, and the
+// kernel lets no other path in meanwhile (SD_IOC_SEND_WAIT).
+Stop wait_room(int fd)
+{
+	for (;;) {
+		std::uint32_t dir = SD_TOKEN_TX;
+
+		if (real::ioctl()(fd, SD_IOC_SEND_WAIT, &dir) == 0)
+			return Stop::NONE;
+		if (errno == EAGAIN)
+			return Stop::AGAIN;
+		if (errno != EINTR)
+			return Stop::KERNEL;
+		// A signal whose handler the shim holds back (signals.hpp)
+		// ends the call; a stop and continue, or a handler the shim
+		// does not know (it ran already), is slept through, as the
+		// kernel restarts its own wait.
+		if (sig::pending())
+			return Stop::SIGNAL;
+	}
+}
+
 // The rest of a send that the first write did not finish: more writes,
-// spinning for room, then the kernel.  Out of line, so that the common
-// case (everything fits at once) keeps a small frame.  Returns the last
-// write's result; done and kernel_done say what happened.
-[[gnu::noinline]] ssize_t send_rest(int fd, Side &s, const iovec *iov, int iovcnt, int flags,
-				    bool nonblock, size_t want, size_t &done, bool &kernel_done)
+// spinning for room, then sleeping for it.  Out of line, so that the
+// common case (everything fits at once) keeps a small frame.  Returns the
+// last write's result; done and stop say what happened.
+[[gnu::noinline]] ssize_t send_rest(int fd, Conn *c, Side &s, const iovec *iov, int iovcnt,
+				    int flags, size_t want, size_t &done, Stop &stop)
 {
 	sd::Producer &p = s.producer();
 	iovec rest[MAX_IOV];
@@ -335,27 +485,22 @@ template <typename End> bool arm_and_retry(End &e, int &tries, ssize_t &n)
 		}
 		if (n != -EAGAIN)
 			break;
-		if (nonblock) {
+		if (nonblocking(fd, c, flags)) {
 			if (arm_and_retry(p, rearm, n))
 				continue;
+			stop = Stop::AGAIN;
 			break;
 		}
 		if (backoff.again())
 			continue;
-		// Sleep in the kernel, still busy, so that no other process's
-		// bytes come between ours: the kernel takes the side back from
-		// its own caller without waiting, and sends the rest.
-		msghdr m = {};
-		m.msg_iov = rest;
-		m.msg_iovlen = static_cast<size_t>(k);
-		ssize_t r = real::sendmsg()(fd, &m, flags);
-		s.tok.lost();
-		kernel_done = true;
-		if (r > 0)
-			done += static_cast<size_t>(r);
-		else if (!done)
-			n = -1;		/* errno is the kernel's */
-		break;
+		if (backoff.interrupted) {
+			stop = Stop::SIGNAL;
+			break;
+		}
+		stop = wait_room(fd);
+		if (stop != Stop::NONE)
+			break;
+		backoff = Backoff();
 	}
 	return n;
 }
@@ -369,8 +514,8 @@ constexpr size_t RDMA_DIRECT_MAX = 4096;
 
 // Copy [b, b + len) into the ring as send_rest() would, adding to done.
 // Returns the last write's result (negative: stop).
-ssize_t send_copy(int fd, Side &s, void *b, size_t len, int flags, bool nonblock, size_t &done,
-		  bool &kernel_done)
+ssize_t send_copy(int fd, Conn *c, Side &s, void *b, size_t len, int flags, size_t &done,
+		  Stop &stop)
 {
 	sd::Producer &p = s.producer();
 	iovec v{b, len};
@@ -384,7 +529,7 @@ ssize_t send_copy(int fd, Side &s, void *b, size_t len, int flags, bool nonblock
 			wake_peer(fd, SD_TOKEN_TX);
 	}
 	if (pd < len && (n > 0 || n == -EAGAIN))
-		n = send_rest(fd, s, &v, 1, flags, nonblock, len, pd, kernel_done);
+		n = send_rest(fd, c, s, &v, 1, flags, len, pd, stop);
 	done += pd;
 	return pd < len ? (n < 0 ? n : -EAGAIN) : n;
 }
@@ -393,8 +538,8 @@ ssize_t send_copy(int fd, Side &s, void *b, size_t len, int flags, bool nonblock
 // records for it in the ring (Documentation/zerocopy.rst).  What cannot go
 // that way (no room for a record, a full queue without waiting, a buffer
 // the kernel refuses) is copied instead.  Returns as send_copy().
-ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, bool nonblock,
-		   size_t &done, bool &kernel_done)
+ssize_t send_pages(int fd, Conn *c, Side &s, unsigned char *b, size_t len, int flags,
+		   size_t &done, Stop &stop)
 {
 	sd::Producer &p = s.producer();
 
@@ -407,11 +552,13 @@ ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, boo
 		sd_zc_send zs = {};
 		zs.addr = reinterpret_cast<std::uintptr_t>(b);
 		zs.len = chunk;
-		zs.flags = nonblock ? SD_ZC_DONTWAIT : 0;
+		zs.flags = nonblocking(fd, c, flags) ? SD_ZC_DONTWAIT : 0;
 		if (!room || real::ioctl()(fd, SD_IOC_ZC_SEND, &zs) < 0) {
-			if (room && (errno == EPIPE || errno == ENOTCONN))
-				return -EPIPE;	/* the kernel reports it */
-			return send_copy(fd, s, b, len, flags, nonblock, done, kernel_done);
+			if (room && (errno == EPIPE || errno == ENOTCONN)) {
+				stop = Stop::KERNEL;	/* the kernel reports it */
+				return -EPIPE;
+			}
+			return send_copy(fd, c, s, b, len, flags, done, stop);
 		}
 		// Room was there, and only this thread produces: it fits.
 		const ssize_t n = p.write_zc(zs.seq, static_cast<std::uint32_t>(chunk));
@@ -429,15 +576,13 @@ ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, boo
 
 // A send with buffers of at least the zero-copy threshold: each such
 // buffer in pool memory goes as its unaligned head (copied), its whole
-// pages (handed over) and its tail (copied).  A blocking send that the
-// kernel had to finish part of finishes the rest there too.
-[[gnu::noinline]] ssize_t send_zc(int fd, Side &s, const iovec *iov, int iovcnt, int flags,
-				  bool nonblock, size_t want, size_t threshold, size_t &done,
-				  bool &kernel_done)
+// pages (handed over) and its tail (copied).
+[[gnu::noinline]] ssize_t send_zc(int fd, Conn *c, Side &s, const iovec *iov, int iovcnt,
+				  int flags, size_t threshold, size_t &done, Stop &stop)
 {
 	ssize_t n = 0;
 
-	for (int i = 0; i < iovcnt && n >= 0 && !kernel_done; i++) {
+	for (int i = 0; i < iovcnt && n >= 0; i++) {
 		auto *b = static_cast<unsigned char *>(iov[i].iov_base);
 		const size_t len = iov[i].iov_len;
 		size_t head = len, mid = 0;
@@ -449,40 +594,34 @@ ssize_t send_pages(int fd, Side &s, unsigned char *b, size_t len, int flags, boo
 				head = len;
 		}
 		if (head)
-			n = send_copy(fd, s, b, head, flags, nonblock, done, kernel_done);
-		if (mid && n >= 0 && !kernel_done)
-			n = send_pages(fd, s, b + head, mid, flags, nonblock, done, kernel_done);
-		if (head + mid < len && n >= 0 && !kernel_done)
-			n = send_copy(fd, s, b + head + mid, len - head - mid, flags, nonblock, done,
-				      kernel_done);
-	}
-	if (kernel_done && done < want && !nonblock) {
-		// The kernel has the side now: it sends the rest, blocking.
-		iovec rest[MAX_IOV];
-		msghdr m = {};
-		m.msg_iov = rest;
-		m.msg_iovlen = static_cast<size_t>(advance(iov, iovcnt, done, rest));
-		const ssize_t r = real::sendmsg()(fd, &m, flags);
-		if (r > 0)
-			done += static_cast<size_t>(r);
+			n = send_copy(fd, c, s, b, head, flags, done, stop);
+		if (mid && n >= 0)
+			n = send_pages(fd, c, s, b + head, mid, flags, done, stop);
+		if (head + mid < len && n >= 0)
+			n = send_copy(fd, c, s, b + head + mid, len - head - mid, flags, done,
+				      stop);
 	}
 	return n;
 }
 
-// What a send that wrote done bytes, and whose last step returned n, tells
-// its caller: true with *result (and errno), or false for the kernel's
-// path to report the end of the connection.
-bool send_result(size_t done, bool kernel_done, ssize_t n, ssize_t *result)
+// What a send that wrote done bytes, whose last step returned n and that
+// stopped as stop says, tells its caller: true with *result (and errno),
+// or false for the kernel's path to report the end of the connection.
+// Bytes written are always reported, as TCP reports a send that a signal,
+// a timeout or an error cut short.
+bool send_result(size_t done, ssize_t n, Stop stop, ssize_t *result)
 {
 	if (done) {
 		*result = static_cast<ssize_t>(done);
 		return true;
 	}
-	if (kernel_done) {
+	if (stop == Stop::SIGNAL) {
+		sig::interrupted();
 		*result = -1;
+		errno = EINTR;
 		return true;
 	}
-	if (n == -EAGAIN) {
+	if (stop == Stop::AGAIN || (stop == Stop::NONE && n == -EAGAIN)) {
 		*result = -1;
 		errno = EAGAIN;
 		return true;
@@ -490,7 +629,8 @@ bool send_result(size_t done, bool kernel_done, ssize_t n, ssize_t *result)
 	return false;
 }
 
-bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+template <typename Kernel>
+bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result, Kernel kernel)
 {
 	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
 		return false;
@@ -504,11 +644,12 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	if (!want)
 		return false;
 	Side &s = c->tx;
+	CallRef ref(c, s);
 
 	const bool locked = lock_side(s);
 	if (!c->still(fd) || !begin(c, s, true)) {
 		unlock_side(s, locked);
-		return false;
+		return kernel_path(kernel, result);
 	}
 	// The connection ended or was reset, or this end shut down writing:
 	// the kernel's path reports exactly what TCP would.
@@ -516,48 +657,40 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
 		end(s);
 		unlock_side(s, locked);
-		return false;
+		return kernel_path(kernel, result);
 	}
 	sd::Producer &p = s.producer();
 	size_t done = 0;
-	bool kernel_done = false;
+	Stop stop = Stop::NONE;
+	ssize_t n;
 	const size_t zt = want >= PAGE ? sd::zc::threshold() : 0;
 	if (zt && want >= zt) [[unlikely]] {
-		const bool nonblock = (flags & MSG_DONTWAIT) ||
-				      c->nonblock.load(std::memory_order_relaxed);
-		const ssize_t n = send_zc(fd, s, iov, iovcnt, flags, nonblock, want, zt, done,
-					  kernel_done);
-		end(s);
-		unlock_side(s, locked);
-		return send_result(done, kernel_done, n, result);
-	}
-	// A small send on an idle RDMA link whose ring is empty goes from the
-	// program's buffers into the link's mirror and out, without the ring.
-	if (want <= RDMA_DIRECT_MAX && rdma_links.load(std::memory_order_relaxed) &&
-	    sd_rdma_send(fd, iov, iovcnt, want)) {
-		end(s);
-		unlock_side(s, locked);
-		*result = static_cast<ssize_t>(want);
-		return true;
-	}
-	ssize_t n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
-
-	__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
-	if (n > 0) {
-		done = static_cast<size_t>(n);
-		if (p.take_wake())
-			wake_peer(fd, SD_TOKEN_TX);
-		else if (rdma_links.load(std::memory_order_relaxed))
-			sd_rdma_push(fd);
-	}
-	if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]] {
-		const bool nonblock = (flags & MSG_DONTWAIT) ||
-				      c->nonblock.load(std::memory_order_relaxed);
-		n = send_rest(fd, s, iov, iovcnt, flags, nonblock, want, done, kernel_done);
+		n = send_zc(fd, c, s, iov, iovcnt, flags, zt, done, stop);
+	} else if (want <= RDMA_DIRECT_MAX && rdma_links.load(std::memory_order_relaxed) &&
+		   sd_rdma_send(fd, iov, iovcnt, want)) {
+		// A small send on an idle RDMA link whose ring is empty goes
+		// from the program's buffers into the link's mirror and out,
+		// without the ring.
+		n = static_cast<ssize_t>(want);
+		done = want;
+	} else {
+		n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
+		__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
+		if (n > 0) {
+			done = static_cast<size_t>(n);
+			if (p.take_wake())
+				wake_peer(fd, SD_TOKEN_TX);
+			else if (rdma_links.load(std::memory_order_relaxed))
+				sd_rdma_push(fd);
+		}
+		if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]]
+			n = send_rest(fd, c, s, iov, iovcnt, flags, want, done, stop);
 	}
 	end(s);
 	unlock_side(s, locked);
-	return send_result(done, kernel_done, n, result);
+	if (send_result(done, n, stop, result))
+		return true;
+	return kernel_path(kernel, result);
 }
 
 // The record at the head of the ring is zero-copy: the kernel places its
@@ -649,7 +782,8 @@ bool rdma_sleep(int fd, Conn *c, Side &s, bool first, bool brief, bool &kernel_r
 	return true;
 }
 
-bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
+template <typename Kernel>
+bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result, Kernel kernel)
 {
 	// MSG_NOSIGNAL means nothing to a receive (the kernel ignores it).
 	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
@@ -660,15 +794,34 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		c = want ? get(fd) : nullptr;
 	if (!c || !want || c->rd_shut.load(std::memory_order_relaxed))
 		return false;
-	const bool nonblock = (flags & MSG_DONTWAIT) || c->nonblock.load(std::memory_order_relaxed);
 	Side &s = c->rx;
+	CallRef ref(c, s);
+	// O_NONBLOCK is looked at only when there is nothing to take.
+	int nb = -1;
+	auto is_nonblock = [&] {
+		if (nb < 0)
+			nb = nonblocking(fd, c, flags);
+		return nb != 0;
+	};
 
 	const bool locked = lock_side(s);
 	if (!c->still(fd) || !begin(c, s, false)) {
 		unlock_side(s, locked);
-		return false;
+		return kernel_path(kernel, result);
 	}
 	sd::Consumer &q = s.consumer();
+	// SO_RCVLOWAT (mirrored by the kernel): a blocking receive returns
+	// no fewer bytes than that, or than it asked for.  Short of them,
+	// the kernel's path waits.
+	if (const std::uint32_t lowat = __atomic_load_n(s.lowat, __ATOMIC_RELAXED);
+	    lowat > 1 && !is_nonblock()) [[unlikely]] {
+		const ssize_t have = q.readable();
+		if (have >= 0 && static_cast<size_t>(have) < std::min<size_t>(lowat, want)) {
+			end(s);
+			unlock_side(s, locked);
+			return kernel_path(kernel, result);
+		}
+	}
 	Backoff backoff;
 	int rearm = 0;
 	bool reset = false, kernel_ready = false, owned = true, waited = false, slept = false;
@@ -710,7 +863,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		}
 		if (n != -EAGAIN)
 			break;
-		if (nonblock) {
+		if (is_nonblock()) {
 			if (arm_and_retry(q, rearm, n))
 				continue;
 			break;
@@ -733,7 +886,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 			break;
 		if (spinning.again(backoff))
 			continue;
-		if (!rdma_links.load(std::memory_order_relaxed) ||
+		if (backoff.interrupted ||
+		    !rdma_links.load(std::memory_order_relaxed) ||
 		    !rdma_sleep(fd, c, s, !slept, brief, kernel_ready, owned, werr))
 			break;
 		slept = true;
@@ -745,7 +899,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		sd_rdma_received(fd);
 	if (!owned) {
 		unlock_side(s, locked);
-		return false;	/* the kernel's path, as the side is its */
+		return kernel_path(kernel, result);	/* the side is the kernel's */
 	}
 	// Where the kernel goes on from if it takes the side back.  Even a
 	// read that found nothing may have moved the head past padding.
@@ -771,9 +925,18 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		*result = n;
 		return true;
 	}
-	if (n == -EAGAIN && nonblock) {
+	if (n == -EAGAIN && is_nonblock()) {
 		*result = -1;
 		errno = EAGAIN;
+		return true;
+	}
+	// A signal the shim holds back came while this call spun: it ends
+	// with EINTR, as a sleep in the kernel would (signals.hpp restarts it
+	// if every handler asked for that).
+	if (n == -EAGAIN && backoff.interrupted) {
+		sig::interrupted();
+		*result = -1;
+		errno = EINTR;
 		return true;
 	}
 	// The kernel reset the connection over the zero-copy record it was
@@ -786,17 +949,30 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result)
 		return true;
 	}
 	/* A wait to sleep through, the end of the stream, an error: kernel. */
-	return false;
+	return kernel_path(kernel, result);
 }
 
-void forget_range(unsigned first, unsigned last)
+void after_fork_parent();
+
+// The parent after a fork: its tracked epoll sets are the child's too now.
+void after_fork_parent_all()
 {
-	for (unsigned fd = first; fd <= last && fd < MAX_CONNS; fd++)
-		if (conns[fd].load(std::memory_order_relaxed))
-			forget(static_cast<int>(fd));
+	epoll_forget_all();
+	after_fork_parent();
 }
 
-// A forked child owns nothing: its parent does (and may go on).
+// After a fork both processes hold every file: either may change its
+// flags (Conn::shared).
+void after_fork_parent()
+{
+	for (auto &slot : conns)
+		if (Conn *c = slot.load(std::memory_order_relaxed))
+			c->shared.store(true, std::memory_order_relaxed);
+}
+
+// A forked child owns nothing: its parent does (and may go on).  Every
+// lock is free in the child, whichever thread of the parent held it, and
+// no call of the parent is in flight here.
 void after_fork_child()
 {
 	for (auto &slot : conns) {
@@ -805,17 +981,23 @@ void after_fork_child()
 			continue;
 		pthread_mutex_init(&c->tx.lock, nullptr);
 		pthread_mutex_init(&c->rx.lock, nullptr);
+		c->tx.calls.store(0, std::memory_order_relaxed);
+		c->rx.calls.store(0, std::memory_order_relaxed);
 		c->tx.tok.lost();
 		c->rx.tok.lost();
+		c->shared.store(true, std::memory_order_relaxed);
 	}
+	my_pid.store(getpid(), std::memory_order_relaxed);
 	// The spares' locks too: a thread of the parent may have held one.
 	pthread_mutex_init(&spare_lock, nullptr);
 	for (Conn *list : {spare, zombies})
 		for (Conn *c = list; c; c = c->next_spare) {
 			pthread_mutex_init(&c->tx.lock, nullptr);
 			pthread_mutex_init(&c->rx.lock, nullptr);
+			c->tx.calls.store(0, std::memory_order_relaxed);
+			c->rx.calls.store(0, std::memory_order_relaxed);
 		}
-	epoll_forget_all();
+	epoll_after_fork_child();
 }
 
 // SD_SPIN_US: microseconds to spin before sleeping, 0 to SPIN_US_MAX.
@@ -847,8 +1029,9 @@ void read_spin()
 	const int saved = errno;
 
 	read_spin();
+	my_pid.store(getpid(), std::memory_order_relaxed);
 	errno = saved;
-	pthread_atfork(nullptr, epoll_forget_all, after_fork_child);
+	pthread_atfork(nullptr, after_fork_parent_all, after_fork_child);
 }
 
 } // namespace
@@ -862,7 +1045,8 @@ using namespace sd::shim::fast;
 bool sd_hook_send(int fd, const void *buf, size_t len, int flags, ssize_t *result) noexcept
 {
 	iovec v = {const_cast<void *>(buf), len};
-	return fast_send(fd, &v, 1, flags, result);
+	return fast_send(fd, &v, 1, flags, result,
+			 [&] { return real::send()(fd, buf, len, flags); });
 }
 
 // A connected stream socket ignores a destination address, as TCP's does:
@@ -872,17 +1056,21 @@ bool sd_hook_sendto(int fd, const void *buf, size_t len, int flags, const struct
 {
 	if (addr && addrlen > sizeof(sockaddr_storage))
 		return false;
-	return sd_hook_send(fd, buf, len, flags, result);
+	iovec v = {const_cast<void *>(buf), len};
+	return fast_send(fd, &v, 1, flags, result,
+			 [&] { return real::sendto()(fd, buf, len, flags, addr, addrlen); });
 }
 
 bool sd_hook_write(int fd, const void *buf, size_t len, ssize_t *result) noexcept
 {
-	return sd_hook_send(fd, buf, len, 0, result);
+	iovec v = {const_cast<void *>(buf), len};
+	return fast_send(fd, &v, 1, 0, result, [&] { return real::write()(fd, buf, len); });
 }
 
 bool sd_hook_writev(int fd, const struct iovec *iov, int iovcnt, ssize_t *result) noexcept
 {
-	return fast_send(fd, iov, iovcnt, 0, result);
+	return fast_send(fd, iov, iovcnt, 0, result,
+			 [&] { return real::writev()(fd, iov, iovcnt); });
 }
 
 bool sd_hook_sendmsg(int fd, const struct msghdr *msg, int flags, ssize_t *result) noexcept
@@ -890,13 +1078,43 @@ bool sd_hook_sendmsg(int fd, const struct msghdr *msg, int flags, ssize_t *resul
 	if ((msg->msg_name && static_cast<int>(msg->msg_namelen) < 0) || msg->msg_controllen ||
 	    msg->msg_iovlen > MAX_IOV)
 		return false;
-	return fast_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result);
+	return fast_send(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result,
+			 [&] { return real::sendmsg()(fd, msg, flags); });
+}
+
+// sendmmsg on a stream socket is one sendmsg per message, as the kernel's
+// is: the count of messages sent, or -1 if the first one failed.
+bool sd_hook_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		      int *result) noexcept
+{
+	constexpr unsigned MAX_VLEN = 1024;	/* UIO_MAXIOV, as the kernel's */
+	unsigned i = 0;
+
+	vlen = std::min(vlen, MAX_VLEN);
+	for (; i < vlen; i++) {
+		ssize_t r;
+		if (!sd_hook_sendmsg(fd, &vec[i].msg_hdr, flags, &r)) {
+			sig::Open open;
+			r = real::sendmsg()(fd, &vec[i].msg_hdr, flags);
+		}
+		if (r < 0) {
+			if (!i) {
+				*result = -1;
+				return true;
+			}
+			break;
+		}
+		vec[i].msg_len = static_cast<unsigned>(r);
+	}
+	*result = static_cast<int>(i);
+	return true;
 }
 
 bool sd_hook_recv(int fd, void *buf, size_t len, int flags, ssize_t *result) noexcept
 {
 	iovec v = {buf, len};
-	return fast_recv(fd, &v, 1, flags, result);
+	return fast_recv(fd, &v, 1, flags, result,
+			 [&] { return real::recv()(fd, buf, len, flags); });
 }
 
 // A stream socket has no source address to give: the kernel stores a
@@ -906,21 +1124,28 @@ bool sd_hook_recvfrom(int fd, void *buf, size_t len, int flags, struct sockaddr 
 {
 	if (addr && (!addrlen || static_cast<int>(*addrlen) < 0))
 		return false;
-	if (!sd_hook_recv(fd, buf, len, flags, result))
+	iovec v = {buf, len};
+	bool kernel = false;
+	if (!fast_recv(fd, &v, 1, flags, result, [&] {
+		    kernel = true;
+		    return real::recvfrom()(fd, buf, len, flags, addr, addrlen);
+	    }))
 		return false;
-	if (addr && *result >= 0)
+	if (addr && *result >= 0 && !kernel)
 		*addrlen = 0;
 	return true;
 }
 
 bool sd_hook_read(int fd, void *buf, size_t len, ssize_t *result) noexcept
 {
-	return sd_hook_recv(fd, buf, len, 0, result);
+	iovec v = {buf, len};
+	return fast_recv(fd, &v, 1, 0, result, [&] { return real::read()(fd, buf, len); });
 }
 
 bool sd_hook_readv(int fd, const struct iovec *iov, int iovcnt, ssize_t *result) noexcept
 {
-	return fast_recv(fd, iov, iovcnt, 0, result);
+	return fast_recv(fd, iov, iovcnt, 0, result,
+			 [&] { return real::readv()(fd, iov, iovcnt); });
 }
 
 bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noexcept
@@ -928,35 +1153,116 @@ bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noe
 	if ((msg->msg_name && static_cast<int>(msg->msg_namelen) < 0) || msg->msg_control ||
 	    msg->msg_iovlen > MAX_IOV)
 		return false;
-	if (!fast_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result))
+	bool kernel = false;
+	if (!fast_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result, [&] {
+		    kernel = true;
+		    return real::recvmsg()(fd, msg, flags);
+	    }))
 		return false;
-	msg->msg_flags = 0;
-	if (msg->msg_name)
-		msg->msg_namelen = 0;	/* as recvfrom */
+	if (!kernel) {
+		msg->msg_flags = 0;
+		if (msg->msg_name)
+			msg->msg_namelen = 0;	/* as recvfrom */
+	}
 	return true;
 }
 
-bool sd_hook_close(int fd, int *result) noexcept
+// recvmmsg on a stream socket is one recvmsg per message, as the kernel's
+// is; MSG_WAITFORONE makes those after the first non-blocking.  A timeout
+// is the kernel's to keep.
+bool sd_hook_recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		      struct timespec *timeout, int *result) noexcept
 {
-	if (fd >= 0)
-		sd_rdma_closing(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
-	forget(fd);
-	(void)result;
-	return false;
+	constexpr unsigned MAX_VLEN = 1024;	/* UIO_MAXIOV, as the kernel's */
+	unsigned i = 0;
+
+	if (timeout)
+		return false;
+	vlen = std::min(vlen, MAX_VLEN);
+	for (; i < vlen; i++) {
+		int fl = flags & ~MSG_WAITFORONE;
+		if (i && (flags & MSG_WAITFORONE))
+			fl |= MSG_DONTWAIT;
+		ssize_t r;
+		if (!sd_hook_recvmsg(fd, &vec[i].msg_hdr, fl, &r)) {
+			sig::Open open;
+			r = real::recvmsg()(fd, &vec[i].msg_hdr, fl);
+		}
+		if (r < 0) {
+			if (!i) {
+				*result = -1;
+				return true;
+			}
+			break;
+		}
+		vec[i].msg_len = static_cast<unsigned>(r);
+	}
+	*result = static_cast<int>(i);
+	return true;
 }
 
+// close() waits for no call in flight on fd: it is carried out when the
+// last is out, and returns 0 now (close_deferred()).
+bool sd_hook_close(int fd, int *result) noexcept
+{
+	if (vfork_child())
+		return false;
+	if (fd >= 0)
+		sd_rdma_closing(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
+	if (!close_deferred(fd))
+		return false;
+	*result = 0;
+	return true;
+}
+
+// As close() for each fd of the range: those with calls in flight are
+// closed when the calls are out, the rest by close_range() over the gaps.
 bool sd_hook_close_range(unsigned int first, unsigned int last, int flags, int *result) noexcept
 {
-	if (!(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC)) {
-		sd_rdma_closing(first, last);
-		forget_range(first, last);
+	if ((static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC) || vfork_child())
+		return false;
+	sd_rdma_closing(first, last);
+	unsigned from = first;
+	bool split = false;
+	for (unsigned fd = first; fd <= last && fd < MAX_CONNS; fd++) {
+		if (!conns[fd].load(std::memory_order_relaxed) ||
+		    !close_deferred(static_cast<int>(fd)))
+			continue;
+		// fd stays open for now: close what lies before it.
+		if (fd > from && real::close_range()(from, fd - 1, flags)) {
+			*result = -1;
+			return true;
+		}
+		split = true;
+		from = fd + 1;
+		if (fd == last)
+			break;
 	}
+	if (!split)
+		return false;
+	*result = from > last ? 0 : real::close_range()(from, last, flags);
+	return true;
+}
+
+// A copy of fd: its file's flags can now change through the copy.
+static void copied(int fd)
+{
+	if (Conn *c = lookup(fd))
+		c->shared.store(true, std::memory_order_relaxed);
+}
+
+bool sd_hook_dup(int fd, int *result) noexcept
+{
+	copied(fd);
 	(void)result;
 	return false;
 }
 
 bool sd_hook_dup2(int fd, int newfd, int *result) noexcept
 {
+	if (vfork_child())
+		return false;
+	copied(fd);
 	if (fd != newfd && newfd >= 0) {
 		sd_rdma_closing(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
 		forget(newfd);
@@ -971,6 +1277,17 @@ bool sd_hook_dup3(int fd, int newfd, int flags, int *result) noexcept
 	return sd_hook_dup2(fd, newfd, result);
 }
 
+// A new fd: any state left on its number is a closed file's (closed where
+// the shim could not see it, fclose() or a raw close system call): drop it.
+void sd_fd_new(int fd) noexcept
+{
+	if (lookup(fd)) {
+		const int saved = errno;
+		forget(fd);
+		errno = saved;
+	}
+}
+
 bool sd_hook_shutdown(int fd, int how, int *result) noexcept
 {
 	if (Conn *c = lookup(fd)) {
@@ -983,9 +1300,12 @@ bool sd_hook_shutdown(int fd, int how, int *result) noexcept
 	return false;
 }
 
-// O_NONBLOCK is read once per socket and followed through fcntl and ioctl.
+// O_NONBLOCK is read once per socket and followed through fcntl and ioctl
+// (and read again where others may change it: Conn::shared).
 bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept
 {
+	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)
+		copied(fd);
 	if (cmd != F_SETFL)
 		return false;
 	const long fl = reinterpret_cast<long>(arg);

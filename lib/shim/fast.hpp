@@ -6,6 +6,7 @@
 
 #include "hooks.hpp"
 #include "shim.hpp"
+#include "signals.hpp"
 #include "waitlog.hpp"
 
 #include "../ring.hpp"
@@ -35,12 +36,17 @@ constexpr unsigned MAX_CONNS = 1U << 16;
 
 // One direction of a connection as this process drives it.
 struct Side {
-	pthread_mutex_t lock;		// the threads of this process (if several)
+	pthread_mutex_t lock;		// the threads of this process
+	// Data calls in flight on this side (CallRef), from the hook's start
+	// to its end, the kernel's path included: a close() of the fd while
+	// one is in flight is carried out when the last one is out.
+	std::atomic<unsigned> calls;
 	sd::TokenSide tok;		// whether this process drives the side
 	std::uint32_t *prod_flags;
 	std::uint32_t *cons_flags;
 	std::uint64_t *pos;
 	std::uint32_t *off;		// consumer only
+	std::uint32_t *lowat;		// consumer only: SO_RCVLOWAT (the kernel's)
 	std::uint64_t *credit;		// the consumer word: the credit
 	std::uint64_t size;
 	alignas(sd::Producer) unsigned char prod[sizeof(sd::Producer)];
@@ -63,6 +69,13 @@ struct Conn {
 	std::atomic<bool> rd_shut;
 	std::atomic<bool> wr_shut;
 	std::atomic<bool> async;	// O_ASYNC: the kernel must see data
+	// The file's flags may change where this process cannot see it (a
+	// copy of the fd, a fork, an fd this process did not make): read
+	// them again before acting on O_NONBLOCK (fast.cpp, nonblocking()).
+	std::atomic<bool> shared;
+	// The fd a close() left open because a call was in flight (CallRef);
+	// -1: none.  Whoever takes it (exchange) closes it.
+	std::atomic<int> defer_fd;
 	// How its receives' waits went (RDMA connections only: fast.cpp).
 	std::atomic<WaitLog> rdma_log;
 	Side tx, rx;
@@ -110,7 +123,9 @@ inline std::int64_t coarse_ns()
 	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }
 
-// Spin, then yield, then give up (the caller goes to the kernel).
+// Spin, then yield, then give up (the caller goes to the kernel).  A
+// signal whose handler the shim holds back ends the spin at once, with
+// interrupted set: the call returns EINTR as a sleep in the kernel would.
 struct Backoff {
 	std::int64_t deadline = 0;
 	std::int64_t began = 0;		// the first look at the clock
@@ -118,9 +133,14 @@ struct Backoff {
 	std::uint64_t n = 0;
 	std::uint64_t look = 64;	// the turn of the next look at the clock
 	bool brief = false;	// no spin: spinning did not pay lately
+	bool interrupted = false;	// a signal ended it
 
 	bool again()
 	{
+		if (sig::pending()) [[unlikely]] {
+			interrupted = true;
+			return false;
+		}
 		// Brief: one look at the completion queues, and one more at
 		// the rings after it, without pausing.  (Under TCG a pause
 		// leaves the virtual processor's loop, some microseconds
@@ -219,5 +239,8 @@ struct RdmaSpinning {
 // Forget every epoll set this process tracks (fork: parent and child now
 // share their interest lists).
 void epoll_forget_all();
+// The same in a forked child, whose tracking locks another thread of the
+// parent may have held at the fork.
+void epoll_after_fork_child();
 
 } // namespace sd::shim::fast

@@ -25,6 +25,8 @@
 	return false;
 }
 
+[[gnu::weak]] void sd_fd_new(int fd) noexcept {}
+
 [[gnu::weak]] void sd_exec_prepare() noexcept {}
 
 [[gnu::weak]] void sd_exec_failed() noexcept {}

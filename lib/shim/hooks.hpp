@@ -75,6 +75,10 @@ class Consumer;
 #include "calls.def"
 
 bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept;
+// fd was just made by a call the shim saw (socket, accept, open, pipe,
+// ...): whatever the fast path kept for that number belongs to a file
+// closed where the shim could not see it.
+void sd_fd_new(int fd) noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
 // An exec is about to be made; then, if it failed, this image goes on.
 void sd_exec_prepare() noexcept;

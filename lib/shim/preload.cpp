@@ -6,6 +6,8 @@
 // call on an AF_SD socket goes to its hook (hooks.hpp) and, when the hook
 // does not handle it, to libc.  See Documentation/shim.rst.
 #include <fcntl.h>
+#include <climits>
+#include <sys/syscall.h>
 #include <linux/close_range.h>
 
 #include <algorithm>
@@ -146,13 +148,26 @@ bool any_sd(int nfds, const fd_set *r, const fd_set *w, const fd_set *e) noexcep
 	return false;
 }
 
+// A new fd r made by a call the shim saw, of kind k (own: socket or
+// accept, FdTable::own).  State left on the number is dropped first: its
+// file was closed where the shim could not see it.
+void created(int r, FdKind k, bool own = false) noexcept
+{
+	if (r < 0)
+		return;
+	if (!inside) {
+		Inside in_;
+		sd_fd_new(r);
+	}
+	fds.set(r, k, own);
+}
+
 // A new fd r from accept on listener fd of kind k: a listener that is not
 // AF_SD hands out sockets of its own family; an AF_SD one may hand out
 // either (a redirected listener also accepts TCP clients), so ask later.
 void accepted(int r, FdKind k) noexcept
 {
-	if (r >= 0)
-		fds.set(r, k == FD_OTHER ? FD_OTHER : FD_UNKNOWN);
+	created(r, k == FD_OTHER ? FD_OTHER : FD_UNKNOWN, true);
 }
 
 } // namespace
@@ -180,13 +195,12 @@ extern "C" int socket(int domain, int type, int protocol)
 	if (!inside) {
 		int r = -1;
 		if (SD_ASK(socket, r, (domain, type, protocol))) {
-			fds.set(r, FD_UNKNOWN);
+			created(r, FD_UNKNOWN, true);
 			return r;
 		}
 	}
 	const int r = real::socket()(domain, type, protocol);
-	if (r >= 0)
-		fds.set(r, domain == AF_SD ? FD_SD : FD_OTHER);
+	created(r, domain == AF_SD ? FD_SD : FD_OTHER, true);
 	return r;
 }
 
@@ -200,8 +214,8 @@ extern "C" int socketpair(int domain, int type, int protocol, int sv[2])
 	else
 		k = FD_UNKNOWN;
 	if (r == 0) {
-		fds.set(sv[0], k);
-		fds.set(sv[1], k);
+		created(sv[0], k, true);
+		created(sv[1], k, true);
 	}
 	return r;
 }
@@ -285,8 +299,10 @@ extern "C" int dup(int fd)
 
 	if (!sd_fd(fd) || !SD_ASK(dup, r, (fd)))
 		r = real::dup()(fd);
-	if (r >= 0)
+	if (r >= 0) {
+		created(r, FD_UNKNOWN);
 		fds.copy(fd, r);
+	}
 	return r;
 }
 
@@ -337,8 +353,10 @@ template <typename Real> static int do_fcntl(Real real_fcntl, int fd, int cmd, v
 
 	if (!sd_fd(fd) || !SD_ASK(fcntl, r, (fd, cmd, arg)))
 		r = real_fcntl(fd, cmd, arg);
-	if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC))
+	if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+		created(r, FD_UNKNOWN);
 		fds.copy(fd, r);
+	}
 	return r;
 }
 
@@ -599,8 +617,7 @@ extern "C" int epoll_create(int size)
 	if (!inside && SD_ASK(epoll_create, r, (size)))
 		return r;
 	r = real::epoll_create()(size);
-	if (r >= 0)
-		fds.set(r, FD_OTHER);
+	created(r, FD_OTHER);
 	return r;
 }
 
@@ -611,8 +628,7 @@ extern "C" int epoll_create1(int flags)
 	if (!inside && SD_ASK(epoll_create1, r, (flags)))
 		return r;
 	r = real::epoll_create1()(flags);
-	if (r >= 0)
-		fds.set(r, FD_OTHER);
+	created(r, FD_OTHER);
 	return r;
 }
 
@@ -711,4 +727,238 @@ extern "C" int __ppoll_chk(struct pollfd *p, nfds_t n, const struct timespec *ti
 	    SD_ASK(ppoll, r, (p, n, timeout, sigmask)))
 		return r;
 	return real::__ppoll_chk()(p, n, timeout, sigmask, fdslen);
+}
+
+// Descriptors made or closed by calls that are not about sockets.
+
+namespace {
+
+// fd is closed inside glibc (fclose, freopen), where no deferral is
+// possible: its state goes now.
+void closing_inside(int fd) noexcept
+{
+	if (fd >= 0 && fds.peek(fd) == FD_SD && !inside) {
+		Inside in_;
+		sd_fd_new(fd);
+	}
+	fds.forget(fd);
+}
+
+int made(int r) noexcept
+{
+	created(r, FD_UNKNOWN);
+	return r;
+}
+
+FILE *made(FILE *f) noexcept
+{
+	if (f)
+		created(fileno(f), FD_OTHER);
+	return f;
+}
+
+// open's optional mode: read only when the flags say there is one, as
+// glibc's own open does.
+mode_t open_mode(int flags, va_list ap) noexcept
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? va_arg(ap, mode_t) : 0;
+}
+
+} // namespace
+
+extern "C" int fclose(FILE *stream)
+{
+	const int fd = stream ? fileno(stream) : -1;
+
+	closing_inside(fd);
+	const int r = real::fclose()(stream);
+	fds.forget(fd);
+	return r;
+}
+
+extern "C" FILE *freopen(const char *path, const char *mode, FILE *stream)
+{
+	const int fd = stream ? fileno(stream) : -1;
+
+	closing_inside(fd);
+	FILE *f = real::freopen()(path, mode, stream);
+	fds.forget(fd);
+	return made(f);
+}
+
+extern "C" FILE *fopen(const char *path, const char *mode)
+{
+	return made(real::fopen()(path, mode));
+}
+
+extern "C" FILE *fopen64(const char *path, const char *mode)
+{
+	return made(real::fopen64()(path, mode));
+}
+
+extern "C" int open(const char *path, int flags, ...)
+{
+	va_list ap;
+	va_start(ap, flags);
+	const mode_t m = open_mode(flags, ap);
+	va_end(ap);
+	return made(real::open()(path, flags, m));
+}
+
+extern "C" int open64(const char *path, int flags, ...)
+{
+	va_list ap;
+	va_start(ap, flags);
+	const mode_t m = open_mode(flags, ap);
+	va_end(ap);
+	return made(real::open64()(path, flags, m));
+}
+
+extern "C" int __open_2(const char *path, int flags)
+{
+	return made(real::__open_2()(path, flags));
+}
+
+extern "C" int __open64_2(const char *path, int flags)
+{
+	return made(real::__open64_2()(path, flags));
+}
+
+extern "C" int openat(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	va_start(ap, flags);
+	const mode_t m = open_mode(flags, ap);
+	va_end(ap);
+	return made(real::openat()(dirfd, path, flags, m));
+}
+
+extern "C" int openat64(int dirfd, const char *path, int flags, ...)
+{
+	va_list ap;
+	va_start(ap, flags);
+	const mode_t m = open_mode(flags, ap);
+	va_end(ap);
+	return made(real::openat64()(dirfd, path, flags, m));
+}
+
+extern "C" int __openat_2(int dirfd, const char *path, int flags)
+{
+	return made(real::__openat_2()(dirfd, path, flags));
+}
+
+extern "C" int __openat64_2(int dirfd, const char *path, int flags)
+{
+	return made(real::__openat64_2()(dirfd, path, flags));
+}
+
+extern "C" int creat(const char *path, mode_t mode)
+{
+	return made(real::creat()(path, mode));
+}
+
+extern "C" int creat64(const char *path, mode_t mode)
+{
+	return made(real::creat64()(path, mode));
+}
+
+extern "C" int pipe(int p[2]) noexcept
+{
+	const int r = real::pipe()(p);
+	if (r == 0) {
+		created(p[0], FD_OTHER);
+		created(p[1], FD_OTHER);
+	}
+	return r;
+}
+
+extern "C" int pipe2(int p[2], int flags) noexcept
+{
+	const int r = real::pipe2()(p, flags);
+	if (r == 0) {
+		created(p[0], FD_OTHER);
+		created(p[1], FD_OTHER);
+	}
+	return r;
+}
+
+extern "C" int eventfd(unsigned int count, int flags) noexcept
+{
+	return made(real::eventfd()(count, flags));
+}
+
+extern "C" int memfd_create(const char *name, unsigned int flags) noexcept
+{
+	return made(real::memfd_create()(name, flags));
+}
+
+extern "C" int timerfd_create(int clockid, int flags) noexcept
+{
+	return made(real::timerfd_create()(clockid, flags));
+}
+
+// signalfd with fd -1 makes a descriptor; with another fd it changes it.
+extern "C" int signalfd(int fd, const sigset_t *mask, int flags) noexcept
+{
+	const int r = real::signalfd()(fd, mask, flags);
+	return fd == -1 ? made(r) : r;
+}
+
+// syscall(): the calls that close or copy descriptors go through the
+// shim's own wrappers, as if the program had called libc's; those that
+// make one are followed.  The rest (a raw sendto or recvfrom included)
+// reach the kernel as they are: the kernel keeps them apart from any fast
+// path call in flight (<linux/sd.h>, "Tokens").
+extern "C" long syscall(long number, ...)
+{
+	va_list ap;
+	va_start(ap, number);
+	long a[6];
+	for (long &v : a)
+		v = va_arg(ap, long);
+	va_end(ap);
+
+	switch (number) {
+	case SYS_close:
+		return close(static_cast<int>(a[0]));
+	case SYS_close_range:
+		return close_range(static_cast<unsigned>(a[0]), static_cast<unsigned>(a[1]),
+				   static_cast<int>(a[2]));
+	case SYS_dup:
+		return dup(static_cast<int>(a[0]));
+	case SYS_dup2:
+		return dup2(static_cast<int>(a[0]), static_cast<int>(a[1]));
+	case SYS_dup3:
+		return dup3(static_cast<int>(a[0]), static_cast<int>(a[1]), static_cast<int>(a[2]));
+	default:
+		break;
+	}
+	const long r = real::syscall()(number, a[0], a[1], a[2], a[3], a[4], a[5]);
+	switch (number) {
+	case SYS_socket:
+	case SYS_accept:
+	case SYS_accept4:
+	case SYS_open:
+	case SYS_openat:
+	case SYS_creat:
+	case SYS_eventfd2:
+	case SYS_memfd_create:
+	case SYS_epoll_create1:
+	case SYS_timerfd_create:
+		if (r >= 0 && r <= INT_MAX)
+			created(static_cast<int>(r), FD_UNKNOWN);
+		break;
+	case SYS_pipe:
+	case SYS_pipe2:
+	case SYS_socketpair:
+		if (r == 0) {
+			int *p = reinterpret_cast<int *>(number == SYS_socketpair ? a[3] : a[0]);
+			created(p[0], FD_UNKNOWN);
+			created(p[1], FD_UNKNOWN);
+		}
+		break;
+	default:
+		break;
+	}
+	return r;
 }

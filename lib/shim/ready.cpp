@@ -674,6 +674,15 @@ void epoll_forget_all()
 			e->broken.store(true, std::memory_order_relaxed);
 }
 
+void epoll_after_fork_child()
+{
+	for (auto &slot : eps)
+		if (Ep *e = slot.load(std::memory_order_relaxed)) {
+			pthread_mutex_init(&e->lock, nullptr);
+			e->broken.store(true, std::memory_order_relaxed);
+		}
+}
+
 } // namespace sd::shim::fast
 
 using namespace sd::shim;
@@ -716,6 +725,7 @@ static bool epoll_created(int r, int *result)
 	*result = r;
 	if (r >= 0) {
 		const int saved = errno;
+		sd_fd_new(r);
 		fds.set(r, FD_OTHER);
 		ep_created(r);
 		errno = saved;

@@ -15,8 +15,9 @@ namespace {
 
 void say(const char *s) noexcept
 {
-	// Not write(): the shim's own write would come back here.
-	syscall(SYS_write, 2, s, std::strlen(s));
+	// Not write(): the shim's own write would come back here (and its
+	// syscall() only follows descriptors).
+	::syscall(SYS_write, 2, s, std::strlen(s));
 }
 
 } // namespace

@@ -10,6 +10,7 @@
 
 #include <linux/sd.h>
 #include <poll.h>
+#include <stdio.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
@@ -80,8 +81,10 @@ enum FdKind : unsigned {
 // are entered at once.
 //
 // An entry is 16 bits: the kind in bits 0-1, FD_EPOLL_SD in bit 2 (an epoll
-// instance with an AF_SD socket among its members), a generation in bits
-// 3-15 that every change bumps.  A lookup that has to ask the kernel
+// instance with an AF_SD socket among its members), FD_OWN in bit 3 (the
+// fd was made by a call of this process that the shim saw, socket or
+// accept, and no copy of it was made since: nobody else can change its
+// file's flags), a generation in bits 4-15 that every change bumps.  A lookup that has to ask the kernel
 // stores its answer only if the generation did not move meanwhile, so a
 // close that races with it cannot leave a stale FD_SD behind.  Every error
 // goes towards FD_UNKNOWN or FD_OTHER, never FD_SD: passing an AF_SD fd to
@@ -113,13 +116,20 @@ public:
 	// The kind as known now, without asking the kernel.
 	FdKind peek(int fd) const noexcept { return static_cast<FdKind>(raw(fd) & KIND_MASK); }
 
-	// fd was just created, of kind k (FD_UNKNOWN: find out on first use).
-	void set(int fd, FdKind k) noexcept { replace(fd, k); }
+	// fd was just created, of kind k (FD_UNKNOWN: find out on first use);
+	// own: by socket or accept in this process (FD_OWN).
+	void set(int fd, FdKind k, bool own = false) noexcept
+	{
+		replace(fd, static_cast<std::uint16_t>(k | (own ? FD_OWN : 0)));
+	}
+	// Whether fd's file is this process's alone (FD_OWN).
+	bool own(int fd) const noexcept { return raw(fd) & FD_OWN; }
 	// fd is being or was closed.
 	void forget(int fd) noexcept { replace(fd, 0); }
 	// to is now a copy of from (dup, dup2, dup3, F_DUPFD).  from's
 	// generation moves too: state keyed to it (an epoll fd's tracked
 	// interest list) cannot follow changes made through the copy.
+	// Neither is FD_OWN any more.
 	void copy(int from, int to) noexcept
 	{
 		const std::uint16_t low = raw(from) & (KIND_MASK | FD_EPOLL_SD);
@@ -148,7 +158,8 @@ public:
 private:
 	static constexpr std::uint16_t KIND_MASK = 3;
 	static constexpr std::uint16_t FD_EPOLL_SD = 4;
-	static constexpr std::uint16_t GEN_ONE = 8;
+	static constexpr std::uint16_t FD_OWN = 8;
+	static constexpr std::uint16_t GEN_ONE = 16;
 	static constexpr std::uint16_t LOW_MASK = GEN_ONE - 1;
 	static constexpr unsigned CHUNK = 1U << CHUNK_BITS;
 
