@@ -456,8 +456,12 @@ void run_pending() noexcept
 		sigfillset(&all);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
 		Record r;
-		if (!pop(r)) {
+		const bool got = pop(r);
+		// Cleared with the last one taken, before its handler runs:
+		// a handler that jumps out must not leave it set.
+		if (const Queue *q = queue_of_thread; !q || (!q->standard && !q->rt_count))
 			now.pending.store(false, std::memory_order_relaxed);
+		if (!got) {
 			pthread_sigmask(SIG_SETMASK, &old, nullptr);
 			break;
 		}
