@@ -14,6 +14,7 @@
 #include "signals.hpp"
 
 #include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
@@ -58,6 +59,17 @@ constinit std::atomic<bool> writing{false};
 // _sigintr, which the wrapped signal() cannot see).
 constinit std::atomic<std::uint64_t> interrupting{0};
 
+// A wait for another thread (a writer of the table): pause, and now and
+// then let it run.
+void relax(unsigned &n) noexcept
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+	if (++n % 64 == 0)
+		sched_yield();
+}
+
 std::uint64_t bit(int sig) noexcept { return std::uint64_t{1} << (sig - 1); }
 
 std::uint64_t to_bits(const sigset_t &s) noexcept
@@ -81,12 +93,13 @@ void add_bits(sigset_t &s, std::uint64_t m) noexcept
 bool load(int sig, Action &a) noexcept
 {
 	Slot &s = table[sig];
+	unsigned n = 0;
 	for (;;) {
 		const unsigned q = s.seq.load(std::memory_order_acquire);
 		if (q & 1) {
 			// Another thread writes (never this one: a writer
 			// blocks every signal first).
-			__builtin_ia32_pause();
+			relax(n);
 			continue;
 		}
 		a.handler = s.handler.load(std::memory_order_relaxed);
@@ -135,8 +148,9 @@ class Writing {
 public:
 	Writing() noexcept
 	{
+		unsigned n = 0;
 		while (writing.exchange(true, std::memory_order_acquire))
-			__builtin_ia32_pause();
+			relax(n);
 	}
 	~Writing() { writing.store(false, std::memory_order_release); }
 	Writing(const Writing &) = delete;
