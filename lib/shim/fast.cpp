@@ -310,6 +310,23 @@ template <typename Kernel> bool kernel_path(Kernel &kernel, ssize_t *result)
 	return true;
 }
 
+// A call on fd stops for a signal the shim held back (signals.hpp): the
+// kernel would restart it under SA_RESTART unless the socket has a timeout
+// for that direction (man 7 signal), which is asked here, on this rare
+// path only.
+void stopped_by_signal(int fd, bool send)
+{
+	timeval tv = {};
+	socklen_t len = sizeof(tv);
+	const int saved = errno;
+	const bool timed = real::getsockopt()(fd, SOL_SOCKET, send ? SO_SNDTIMEO : SO_RCVTIMEO,
+					      &tv, &len) == 0 &&
+			   (tv.tv_sec || tv.tv_usec);
+
+	errno = saved;
+	sig::interrupted(timed ? sig::Restart::never : sig::Restart::sa_restart);
+}
+
 // Whether a call on c that found nothing to do must not wait.  The file's
 // O_NONBLOCK is cached, and read again when someone the shim cannot follow
 // may have changed it (Conn::shared).
@@ -609,14 +626,15 @@ ssize_t send_pages(int fd, Conn *c, Side &s, unsigned char *b, size_t len, int f
 // or false for the kernel's path to report the end of the connection.
 // Bytes written are always reported, as TCP reports a send that a signal,
 // a timeout or an error cut short.
-bool send_result(size_t done, ssize_t n, Stop stop, ssize_t *result)
+bool send_result(int fd, size_t done, ssize_t n, Stop stop, ssize_t *result)
 {
+	if (stop == Stop::SIGNAL)
+		stopped_by_signal(fd, true);
 	if (done) {
 		*result = static_cast<ssize_t>(done);
 		return true;
 	}
 	if (stop == Stop::SIGNAL) {
-		sig::interrupted();
 		*result = -1;
 		errno = EINTR;
 		return true;
@@ -688,7 +706,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	}
 	end(s);
 	unlock_side(s, locked);
-	if (send_result(done, n, stop, result))
+	if (send_result(fd, done, n, stop, result))
 		return true;
 	return kernel_path(kernel, result);
 }
@@ -934,7 +952,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	// with EINTR, as a sleep in the kernel would (signals.hpp restarts it
 	// if every handler asked for that).
 	if (n == -EAGAIN && backoff.interrupted) {
-		sig::interrupted();
+		stopped_by_signal(fd, false);
 		*result = -1;
 		errno = EINTR;
 		return true;

@@ -18,23 +18,39 @@
 #include <cstring>
 
 #include "hooks.hpp"
+#include "signals.hpp"
 
 using namespace sd::shim;
 
 namespace {
 
-// Set while this thread runs a hook: every intercepted call it makes then
-// goes straight to libc (the hook's own calls, a signal handler's).
-// initial-exec: one load from the thread pointer, no __tls_get_addr.
-thread_local bool inside __attribute__((tls_model("initial-exec"))) = false;
+// The re-entry guard: while this thread runs a hook, it is in a signal
+// critical section (signals.hpp), and every intercepted call it makes
+// goes straight to libc (the hook's own calls).  A signal that comes
+// meanwhile is deferred until the hook returned, and its handler then
+// runs outside the section, so its calls go through the shim.
+using sig::inside;
 
-class Inside {
-public:
-	Inside() noexcept { inside = true; }
-	~Inside() { inside = false; }
-	Inside(const Inside &) = delete;
-	Inside &operator=(const Inside &) = delete;
-};
+// Whether the kernel restarts call c under SA_RESTART (man 7 signal): the
+// poll, select and epoll_wait families never; for the socket calls the
+// hook says (sig::interrupted(Restart::never) when the socket has a
+// timeout).
+constexpr sig::Restart restart_of(Call c) noexcept
+{
+	switch (c) {
+	case Call::poll:
+	case Call::ppoll:
+	case Call::select:
+	case Call::pselect:
+	case Call::epoll_wait:
+	case Call::epoll_pwait:
+	case Call::epoll_pwait2:
+	case Call::close:
+		return sig::Restart::never;
+	default:
+		return sig::Restart::sa_restart;
+	}
+}
 
 // SD_SHIM_TRACE=FILE: count, per hook, the calls that reached it and those
 // it handled, and append them to FILE at exit ("PID NAME ASKED HANDLED").
@@ -99,18 +115,19 @@ __attribute__((destructor)) void shim_fini()
 #define SD_HOOK_ARGS_(r, ...) __VA_ARGS__ __VA_OPT__(, ) &(r)
 #define SD_HOOK_ARGS(r, args) SD_HOOK_ARGS_(r, SD_ARGS args)
 
-// Run hook sd_hook_NAME with args and &r, inside the re-entry guard: true
-// if it handled the call (r and errno are then the call's outcome).
+// Run hook sd_hook_NAME with args and &r, in a signal critical section
+// (sig::ask): true if it handled the call (r and errno are then the
+// call's outcome, after the handlers of signals deferred meanwhile ran
+// and the call was made again if the kernel would have restarted it).
 #define SD_ASK(hook, r, args)                                                           \
-	([&]() noexcept {                                                               \
-		Inside in_;                                                             \
+	sig::ask(r, restart_of(Call::hook), [&]() noexcept {                           \
 		return note(Call::hook, sd_hook_##hook(SD_HOOK_ARGS(r, args)));         \
-	}())
+	})
 
 inline bool sd_fd(int fd) noexcept
 {
 	// The table first: a non-AF_SD fd pays the lookup and nothing else.
-	return fds.kind(fd) == FD_SD && !inside;
+	return fds.kind(fd) == FD_SD && !inside();
 }
 
 // Any AF_SD socket among fds (poll).
@@ -155,8 +172,8 @@ void created(int r, FdKind k, bool own = false) noexcept
 {
 	if (r < 0)
 		return;
-	if (!inside) {
-		Inside in_;
+	if (!inside()) {
+		sig::Section in_;
 		sd_fd_new(r);
 	}
 	fds.set(r, k, own);
@@ -192,7 +209,7 @@ void accepted(int r, FdKind k) noexcept
 
 extern "C" int socket(int domain, int type, int protocol)
 {
-	if (!inside) {
+	if (!inside()) {
 		int r = -1;
 		if (SD_ASK(socket, r, (domain, type, protocol))) {
 			created(r, FD_UNKNOWN, true);
@@ -209,7 +226,7 @@ extern "C" int socketpair(int domain, int type, int protocol, int sv[2])
 	FdKind k = domain == AF_SD ? FD_SD : FD_OTHER;
 	int r = -1;
 
-	if (inside || !SD_ASK(socketpair, r, (domain, type, protocol, sv)))
+	if (inside() || !SD_ASK(socketpair, r, (domain, type, protocol, sv)))
 		r = real::socketpair()(domain, type, protocol, sv);
 	else
 		k = FD_UNKNOWN;
@@ -225,7 +242,7 @@ extern "C" int accept(int fd, struct sockaddr *addr, socklen_t *addrlen)
 	const FdKind k = fds.kind(fd);
 	int r = -1;
 
-	if (k != FD_SD || inside || !SD_ASK(accept, r, (fd, addr, addrlen)))
+	if (k != FD_SD || inside() || !SD_ASK(accept, r, (fd, addr, addrlen)))
 		r = real::accept()(fd, addr, addrlen);
 	accepted(r, k);
 	return r;
@@ -236,7 +253,7 @@ extern "C" int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int fl
 	const FdKind k = fds.kind(fd);
 	int r = -1;
 
-	if (k != FD_SD || inside || !SD_ASK(accept4, r, (fd, addr, addrlen, flags)))
+	if (k != FD_SD || inside() || !SD_ASK(accept4, r, (fd, addr, addrlen, flags)))
 		r = real::accept4()(fd, addr, addrlen, flags);
 	accepted(r, k);
 	return r;
@@ -249,7 +266,7 @@ extern "C" int close(int fd)
 {
 	int r = -1;
 
-	if (fds.peek(fd) == FD_SD && !inside && SD_ASK(close, r, (fd))) {
+	if (fds.peek(fd) == FD_SD && !inside() && SD_ASK(close, r, (fd))) {
 		fds.forget(fd);
 		return r;
 	}
@@ -264,7 +281,7 @@ extern "C" int close_range(unsigned int first, unsigned int last, int flags)
 	const bool closing = !(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC);
 	int r = -1;
 
-	if (first <= last && !inside && fds.any_sd(first, last) &&
+	if (first <= last && !inside() && fds.any_sd(first, last) &&
 	    SD_ASK(close_range, r, (first, last, flags))) {
 		if (closing && r == 0)
 			fds.forget_range(first, last);
@@ -283,7 +300,7 @@ extern "C" void closefrom(int lowfd)
 	const unsigned first = lowfd < 0 ? 0 : static_cast<unsigned>(lowfd);
 	int r = -1;
 
-	if (!inside && fds.any_sd(first, ~0U) && SD_ASK(close_range, r, (first, ~0U, 0)) &&
+	if (!inside() && fds.any_sd(first, ~0U) && SD_ASK(close_range, r, (first, ~0U, 0)) &&
 	    r == 0) {
 		fds.forget_range(first, ~0U);
 		return;
@@ -312,7 +329,7 @@ static int dup_onto(int fd, int newfd, Real real_call, Hook hook)
 {
 	int r = -1;
 
-	if (!inside && (fds.kind(fd) == FD_SD || (newfd != fd && fds.peek(newfd) == FD_SD)) &&
+	if (!inside() && (fds.kind(fd) == FD_SD || (newfd != fd && fds.peek(newfd) == FD_SD)) &&
 	    hook(r)) {
 		if (r >= 0 && newfd != fd)
 			fds.copy(fd, newfd);
@@ -395,7 +412,7 @@ extern "C" pid_t fork()
 {
 	pid_t r = -1;
 
-	if (!inside && SD_ASK(fork, r, ()))
+	if (!inside() && SD_ASK(fork, r, ()))
 		return r;
 	return real::fork()();
 }
@@ -407,7 +424,7 @@ extern "C" void _exit(int status)
 {
 	char r = 0;
 
-	if (!inside)
+	if (!inside())
 		(void)SD_ASK(_exit, r, (status));
 	real::_exit()(status);
 	__builtin_unreachable();
@@ -422,17 +439,17 @@ extern "C" void _exit(int status)
 // argument vector and go through execv, execve and execvp.
 template <typename Exec> int exec_hooked(Exec exec) noexcept
 {
-	const bool hooked = !inside;
+	const bool hooked = !inside();
 
 	if (hooked) {
-		Inside in_;
+		sig::Section in_;
 		sd_exec_prepare();
 	}
 	const int r = exec();
 	if (hooked) {
 		const int saved = errno;
 		{
-			Inside in_;
+			sig::Section in_;
 			sd_exec_failed();
 		}
 		errno = saved;
@@ -538,7 +555,7 @@ extern "C" int setsockopt(int fd, int level, int optname, const void *optval, so
 			optname = SD_REUSEPORT;
 		}
 		int r = -1;
-		if (!inside && SD_ASK(setsockopt, r, (fd, level, optname, optval, optlen)))
+		if (!inside() && SD_ASK(setsockopt, r, (fd, level, optname, optval, optlen)))
 			return r;
 	}
 	return real::setsockopt()(fd, level, optname, optval, optlen);
@@ -550,7 +567,7 @@ extern "C" ssize_t sendfile(int out_fd, int in_fd, off_t *offset, size_t count)
 {
 	ssize_t r = -1;
 
-	if ((fds.kind(out_fd) == FD_SD || fds.kind(in_fd) == FD_SD) && !inside &&
+	if ((fds.kind(out_fd) == FD_SD || fds.kind(in_fd) == FD_SD) && !inside() &&
 	    SD_ASK(sendfile, r, (out_fd, in_fd, offset, count)))
 		return r;
 	return real::sendfile()(out_fd, in_fd, offset, count);
@@ -561,7 +578,7 @@ extern "C" ssize_t sendfile64(int out_fd, int in_fd, off64_t *offset, size_t cou
 	static_assert(sizeof(off_t) == sizeof(off64_t), "sendfile64 is sendfile here");
 	ssize_t r = -1;
 
-	if ((fds.kind(out_fd) == FD_SD || fds.kind(in_fd) == FD_SD) && !inside &&
+	if ((fds.kind(out_fd) == FD_SD || fds.kind(in_fd) == FD_SD) && !inside() &&
 	    SD_ASK(sendfile, r, (out_fd, in_fd, reinterpret_cast<off_t *>(offset), count)))
 		return r;
 	return real::sendfile64()(out_fd, in_fd, offset, count);
@@ -573,7 +590,7 @@ extern "C" int poll(struct pollfd *p, nfds_t n, int timeout)
 {
 	int r = -1;
 
-	if (!inside && any_sd(p, n) && SD_ASK(poll, r, (p, n, timeout)))
+	if (!inside() && any_sd(p, n) && SD_ASK(poll, r, (p, n, timeout)))
 		return r;
 	return real::poll()(p, n, timeout);
 }
@@ -583,7 +600,7 @@ extern "C" int ppoll(struct pollfd *p, nfds_t n, const struct timespec *timeout,
 {
 	int r = -1;
 
-	if (!inside && any_sd(p, n) && SD_ASK(ppoll, r, (p, n, timeout, sigmask)))
+	if (!inside() && any_sd(p, n) && SD_ASK(ppoll, r, (p, n, timeout, sigmask)))
 		return r;
 	return real::ppoll()(p, n, timeout, sigmask);
 }
@@ -592,7 +609,7 @@ extern "C" int select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timev
 {
 	int r = -1;
 
-	if (!inside && any_sd(nfds, rd, wr, ex) && SD_ASK(select, r, (nfds, rd, wr, ex, timeout)))
+	if (!inside() && any_sd(nfds, rd, wr, ex) && SD_ASK(select, r, (nfds, rd, wr, ex, timeout)))
 		return r;
 	return real::select()(nfds, rd, wr, ex, timeout);
 }
@@ -602,7 +619,7 @@ extern "C" int pselect(int nfds, fd_set *rd, fd_set *wr, fd_set *ex,
 {
 	int r = -1;
 
-	if (!inside && any_sd(nfds, rd, wr, ex) &&
+	if (!inside() && any_sd(nfds, rd, wr, ex) &&
 	    SD_ASK(pselect, r, (nfds, rd, wr, ex, timeout, sigmask)))
 		return r;
 	return real::pselect()(nfds, rd, wr, ex, timeout, sigmask);
@@ -614,7 +631,7 @@ extern "C" int epoll_create(int size)
 {
 	int r = -1;
 
-	if (!inside && SD_ASK(epoll_create, r, (size)))
+	if (!inside() && SD_ASK(epoll_create, r, (size)))
 		return r;
 	r = real::epoll_create()(size);
 	created(r, FD_OTHER);
@@ -625,7 +642,7 @@ extern "C" int epoll_create1(int flags)
 {
 	int r = -1;
 
-	if (!inside && SD_ASK(epoll_create1, r, (flags)))
+	if (!inside() && SD_ASK(epoll_create1, r, (flags)))
 		return r;
 	r = real::epoll_create1()(flags);
 	created(r, FD_OTHER);
@@ -637,7 +654,7 @@ extern "C" int epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 	const bool sd = fds.kind(fd) == FD_SD;
 	int r = -1;
 
-	if (inside || !SD_ASK(epoll_ctl, r, (epfd, op, fd, event)))
+	if (inside() || !SD_ASK(epoll_ctl, r, (epfd, op, fd, event)))
 		r = real::epoll_ctl()(epfd, op, fd, event);
 	// An epoll fd inside another passes its mark on.
 	if (r == 0 && op == EPOLL_CTL_ADD && (sd || fds.epoll_has_sd(fd)))
@@ -649,7 +666,7 @@ extern "C" int epoll_wait(int epfd, struct epoll_event *events, int maxevents, i
 {
 	int r = -1;
 
-	if (fds.epoll_has_sd(epfd) && !inside &&
+	if (fds.epoll_has_sd(epfd) && !inside() &&
 	    SD_ASK(epoll_wait, r, (epfd, events, maxevents, timeout)))
 		return r;
 	return real::epoll_wait()(epfd, events, maxevents, timeout);
@@ -660,7 +677,7 @@ extern "C" int epoll_pwait(int epfd, struct epoll_event *events, int maxevents, 
 {
 	int r = -1;
 
-	if (fds.epoll_has_sd(epfd) && !inside &&
+	if (fds.epoll_has_sd(epfd) && !inside() &&
 	    SD_ASK(epoll_pwait, r, (epfd, events, maxevents, timeout, sigmask)))
 		return r;
 	return real::epoll_pwait()(epfd, events, maxevents, timeout, sigmask);
@@ -671,7 +688,7 @@ extern "C" int epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 {
 	int r = -1;
 
-	if (fds.epoll_has_sd(epfd) && !inside &&
+	if (fds.epoll_has_sd(epfd) && !inside() &&
 	    SD_ASK(epoll_pwait2, r, (epfd, events, maxevents, timeout, sigmask)))
 		return r;
 	return real::epoll_pwait2()(epfd, events, maxevents, timeout, sigmask);
@@ -713,7 +730,7 @@ extern "C" int __poll_chk(struct pollfd *p, nfds_t n, int timeout, size_t fdslen
 {
 	int r = -1;
 
-	if (fdslen / sizeof(*p) >= n && !inside && any_sd(p, n) && SD_ASK(poll, r, (p, n, timeout)))
+	if (fdslen / sizeof(*p) >= n && !inside() && any_sd(p, n) && SD_ASK(poll, r, (p, n, timeout)))
 		return r;
 	return real::__poll_chk()(p, n, timeout, fdslen);
 }
@@ -723,7 +740,7 @@ extern "C" int __ppoll_chk(struct pollfd *p, nfds_t n, const struct timespec *ti
 {
 	int r = -1;
 
-	if (fdslen / sizeof(*p) >= n && !inside && any_sd(p, n) &&
+	if (fdslen / sizeof(*p) >= n && !inside() && any_sd(p, n) &&
 	    SD_ASK(ppoll, r, (p, n, timeout, sigmask)))
 		return r;
 	return real::__ppoll_chk()(p, n, timeout, sigmask, fdslen);
@@ -737,8 +754,8 @@ namespace {
 // possible: its state goes now.
 void closing_inside(int fd) noexcept
 {
-	if (fd >= 0 && fds.peek(fd) == FD_SD && !inside) {
-		Inside in_;
+	if (fd >= 0 && fds.peek(fd) == FD_SD && !inside()) {
+		sig::Section in_;
 		sd_fd_new(fd);
 	}
 	fds.forget(fd);

@@ -179,6 +179,8 @@ struct Sleep {
 			}
 		}
 		started = true;
+		// Nothing is held here: a handler runs as in the kernel's poll.
+		sig::Open open;
 		const int r = sd_rdma_sleep_on(set, n, rel ? &until : nullptr, mask);
 		if (r >= 0)
 			return r;
@@ -186,6 +188,16 @@ struct Sleep {
 		return -1;
 	}
 };
+
+// A wait that a signal the shim held back ended: EINTR, never restarted
+// (man 7 signal: poll, select and epoll_wait are not, whatever SA_RESTART
+// says).  The wrapper sets errno once the handlers ran.
+bool interrupted(int *result)
+{
+	sig::interrupted(sig::Restart::never);
+	*result = -1;
+	return true;
+}
 
 // A thread whose last RDMA_BRIEF_AFTER waits here all ended in a sleep,
 // in a process with RDMA connections (what it waits for comes from
@@ -281,6 +293,11 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 		spun = true;
 		if (spinning.again(backoff))
 			continue;
+		if (backoff.interrupted) {
+			for (nfds_t i = 0; i < n; i++)
+				p[i].revents = 0;
+			return interrupted(result);
+		}
 		wait_missed(backoff, !slept);
 		slept = true;
 		const int s = sleep(p, static_cast<unsigned>(n), result);
@@ -367,6 +384,8 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			wait_begins(backoff);
 		spun = true;
 		if (!spinning.again(backoff)) {
+			if (backoff.interrupted)
+				return interrupted(result);
 			wait_missed(backoff, true);
 			return false;
 		}
@@ -642,6 +661,8 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 		spun = true;
 		if (spinning.again(backoff))
 			continue;
+		if (backoff.interrupted)
+			return interrupted(result);
 		wait_missed(backoff, !slept);
 		slept = true;
 		const pollfd set = {epfd, POLLIN, 0};
