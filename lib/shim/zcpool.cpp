@@ -503,8 +503,9 @@ void *map_pool(std::size_t *len) noexcept
 	return m;
 }
 
-// Give the pages of [p, p + n), a pool allocation being freed, back to the
-// kernel: the pool's slots are freed, and read zeroes if used again.
+// Give the pages of [p, p + n), a pool allocation leaving the cache (or
+// the tail a shrink cuts off), back to the kernel: the pool's slots are
+// freed, and read zeroes if used again.
 void release_pages(void *p, std::size_t n) noexcept
 {
 	(void)madvise(p, n, MADV_REMOVE);
