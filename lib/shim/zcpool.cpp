@@ -503,8 +503,9 @@ void *map_pool(std::size_t *len) noexcept
 	return m;
 }
 
-// Give the pages of [p, p + n), a pool allocation being freed, back to the
-// kernel: the pool's slots are freed, and read zeroes if used again.
+// Give the pages of [p, p + n), a pool allocation leaving the cache (or
+// the tail a shrink cuts off), back to the kernel: the pool's slots are
+// freed, and read zeroes if used again.
 void release_pages(void *p, std::size_t n) noexcept
 {
 	(void)madvise(p, n, MADV_REMOVE);
@@ -588,6 +589,139 @@ public:
 	Locked(const Locked &) = delete;
 	Locked &operator=(const Locked &) = delete;
 };
+
+// The cache of freed allocations (zcpool.hpp, "Giving memory back").  A
+// freed allocation stays live in the heap and resident, on this list,
+// oldest first, until a pool_alloc() of about its size takes it again or
+// it is evicted: released (release_pages()) and freed in the heap.  So
+// every free run of the heap has been released, and what the pool keeps
+// resident beyond what the program uses is at most cache_limit().
+// Changed only under pool_lock.
+constexpr unsigned CACHE_SLOTS = 128;
+constexpr std::uint32_t MIB_PAGES = (std::uint32_t{1} << 20) >> PageHeap::PAGE_SHIFT;
+constexpr std::uint32_t CACHE_MIN_PAGES = 16 * MIB_PAGES;
+constexpr std::uint32_t CACHE_MAX_PAGES = 64 * MIB_PAGES;
+
+struct Block {
+	void *p;
+	std::uint32_t pages;
+};
+
+struct Cache {
+	Block b[CACHE_SLOTS];
+	unsigned n;		// entries, b[0] the oldest
+	std::uint32_t pages;	// their total
+};
+constinit Cache cache{};
+
+// Blocks to give back, at most all the cache's and one more.
+struct Victims {
+	Block b[CACHE_SLOTS + 1];
+	unsigned n = 0;
+};
+
+// How many pages the cache may hold: an eighth of what the program has
+// in use, but at least CACHE_MIN_PAGES and at most CACHE_MAX_PAGES.
+std::uint32_t cache_limit() noexcept
+{
+	const std::uint32_t in_use = (heap.used_pages() - cache.pages) / 8;
+
+	return in_use < CACHE_MIN_PAGES	  ? CACHE_MIN_PAGES
+	       : in_use > CACHE_MAX_PAGES ? CACHE_MAX_PAGES
+					  : in_use;
+}
+
+void cache_remove(unsigned k) noexcept
+{
+	cache.pages -= cache.b[k].pages;
+	cache.n--;
+	std::memmove(&cache.b[k], &cache.b[k + 1], (cache.n - k) * sizeof(Block));
+}
+
+bool cached(const void *p) noexcept
+{
+	for (unsigned k = 0; k < cache.n; k++)
+		if (cache.b[k].p == p)
+			return true;
+	return false;
+}
+
+// A cached block of n pages up to an eighth more (the smallest such,
+// the newest of equals), taken off the cache; nullptr if none.  *pages is
+// set to its length.
+void *cache_take(std::uint32_t n, std::uint32_t *pages) noexcept
+{
+	const std::uint32_t most = n + n / 8;
+	unsigned best = CACHE_SLOTS;
+
+	for (unsigned k = cache.n; k-- > 0;) {
+		const std::uint32_t len = cache.b[k].pages;
+		if (len >= n && len <= most && (best == CACHE_SLOTS || len < cache.b[best].pages)) {
+			best = k;
+			if (len == n)
+				break;
+		}
+	}
+	if (best == CACHE_SLOTS)
+		return nullptr;
+	void *p = cache.b[best].p;
+	*pages = cache.b[best].pages;
+	cache_remove(best);
+	return p;
+}
+
+// Cache the freed allocation b; what must go back to the system instead
+// (b itself if it is larger than the cache may hold, else the oldest
+// blocks beyond the limit) is added to v.
+void cache_put(Block b, Victims &v) noexcept
+{
+	if (cache.n == CACHE_SLOTS) {
+		v.b[v.n++] = cache.b[0];
+		cache_remove(0);
+	}
+	cache.b[cache.n++] = b;
+	cache.pages += b.pages;
+	const std::uint32_t limit = cache_limit();
+	if (b.pages > limit) {
+		cache_remove(cache.n - 1);
+		v.b[v.n++] = b;
+		return;
+	}
+	while (cache.pages > limit) {
+		v.b[v.n++] = cache.b[0];
+		cache_remove(0);
+	}
+}
+
+// Empty the cache into v.
+void cache_drain(Victims &v) noexcept
+{
+	while (cache.n) {
+		v.b[v.n++] = cache.b[0];
+		cache_remove(0);
+	}
+}
+
+// Give the blocks of v back: their pages to the system while the ranges
+// are still live allocations (once the heap has one, another thread may
+// take it), then the ranges to the heap.  pool_lock not held.
+void give_back(const Victims &v) noexcept
+{
+	if (!v.n)
+		return;
+	const int saved = errno;
+	for (unsigned k = 0; k < v.n; k++)
+		release_pages(v.b[k].p, std::size_t{v.b[k].pages} << PageHeap::PAGE_SHIFT);
+	errno = saved;
+	bool ok = true;
+	{
+		Locked l;
+		for (unsigned k = 0; k < v.n; k++)
+			ok &= heap.free(v.b[k].p);
+	}
+	if (!ok)
+		corrupt("free()");
+}
 
 } // namespace
 
@@ -679,15 +813,27 @@ void *pool_alloc(std::size_t n, bool zero) noexcept
 	    !register_atfork())
 		return nullptr;
 
+	const auto want = static_cast<std::uint32_t>(PageHeap::pages_for(n));
 	void *p;
 	std::size_t dirty = 0;
+	Victims v;
 	{
 		Locked l;
 		if (pool_state.load(std::memory_order_relaxed) == POOL_UNTRIED)
 			make_pool();
 		if (pool_state.load(std::memory_order_relaxed) != POOL_READY)
 			return nullptr;
-		p = heap.alloc(PageHeap::pages_for(n), &dirty);
+		std::uint32_t got;
+		if ((p = cache_take(want, &got)))
+			dirty = got;
+		else if (!(p = heap.alloc(want, &dirty)))
+			cache_drain(v);
+	}
+	// No room but in the cache: give it back, and try once more.
+	if (v.n) {
+		give_back(v);
+		Locked l;
+		p = heap.alloc(want, &dirty);
 	}
 	// Pages at or above the high-water mark are still the pool's
 	// zeroes; clear only those that were used before.
@@ -700,32 +846,38 @@ void *pool_alloc(std::size_t n, bool zero) noexcept
 
 void pool_free(void *p) noexcept
 {
+	Victims v;
 	std::size_t n;
-	bool ok;
-
-	// The pages go back to the kernel while the range is still this
-	// allocation's: once the heap has it, another thread may take it.
 	{
 		Locked l;
-		n = heap.usable_size(p);
+		n = cached(p) ? 0 : heap.usable_size(p);
+		if (n)
+			cache_put({p, static_cast<std::uint32_t>(n >> PageHeap::PAGE_SHIFT)}, v);
 	}
 	if (!n)
 		corrupt("free()");
-	const int saved = errno;
-	release_pages(p, n);
-	errno = saved;
-	{
-		Locked l;
-		ok = heap.free(p);
-	}
-	if (!ok)
-		corrupt("free()");
+	give_back(v);
 }
 
 bool pool_resize(void *p, std::size_t n) noexcept
 {
+	const std::size_t want = PageHeap::pages_for(n) << PageHeap::PAGE_SHIFT;
+	std::size_t len;
+	{
+		Locked l;
+		len = cached(p) ? 0 : heap.usable_size(p);
+		if (!len || want == 0)
+			return false;
+		if (want >= len)
+			return heap.resize(p, want >> PageHeap::PAGE_SHIFT);
+	}
+	// Shrinking: the tail goes back to the system before the heap has
+	// it, as a freed block's pages do (its free runs are all released).
+	const int saved = errno;
+	release_pages(static_cast<unsigned char *>(p) + want, len - want);
+	errno = saved;
 	Locked l;
-	return heap.resize(p, PageHeap::pages_for(n));
+	return heap.resize(p, want >> PageHeap::PAGE_SHIFT);
 }
 
 std::size_t pool_usable_size(const void *p) noexcept
@@ -733,7 +885,7 @@ std::size_t pool_usable_size(const void *p) noexcept
 	std::size_t n;
 	{
 		Locked l;
-		n = heap.usable_size(p);
+		n = cached(p) ? 0 : heap.usable_size(p);
 	}
 	if (!n)
 		corrupt("malloc_usable_size() or realloc()");

@@ -160,11 +160,19 @@ private:
 // or as much as RLIMIT_MEMLOCK allows (next_pool_len()), close); if that
 // fails, the pool is off for the life of the process and every
 // pool_alloc() returns nullptr: large buffers come from the next
-// allocator, and their sends copy.  pool_free() gives the pages of the
-// allocation back to the kernel (MADV_REMOVE) before the heap reuses its
-// range, so a freed buffer costs no memory.  Thread-safe (one
-// lock) and fork-safe (pthread_atfork: the child keeps a copy-on-write
-// copy of the pool and of its metadata, and a free lock).
+// allocator, and their sends copy.  Thread-safe (one lock) and fork-safe
+// (pthread_atfork: the child keeps a copy-on-write copy of the pool and
+// of its metadata, and a free lock).
+//
+// Giving memory back (Documentation/zerocopy.rst, "Giving memory back"):
+// pool_free() puts the allocation in a cache of freed blocks, which stay
+// resident and serve the next pool_alloc() of about their size without a
+// system call.  The cache holds at most 128 blocks and an eighth of the
+// pool memory in use, clamped to [16 MiB, 64 MiB]; what leaves it, oldest
+// first, or never fits in it, goes back to the kernel (MADV_REMOVE)
+// before the heap may reuse its range.  So every free run of the heap has
+// been released, and a program that frees everything keeps at most
+// 16 MiB of freed pool memory resident.
 
 // Bytes of the pool mapping (SD_POOL_MAX_LEN at most), when the kernel
 // lets the process lock that much (CAP_IPC_LOCK, or an RLIMIT_MEMLOCK that
@@ -224,11 +232,13 @@ inline bool pool_contains(const void *p) noexcept
 // still being registered).
 void *pool_alloc(std::size_t n, bool zero) noexcept;
 
-// Free p, which pool_contains(): aborts with a message if p is not the
-// start of a live pool allocation.
+// Free p, which pool_contains(): into the cache, or back to the kernel
+// (above).  Aborts with a message if p is not the start of a live pool
+// allocation (a cached block is not live).
 void pool_free(void *p) noexcept;
 
-// Resize the pool allocation p to n bytes in place, if possible.
+// Resize the pool allocation p to n bytes in place, if possible; the
+// pages a shrink cuts off go back to the kernel.
 bool pool_resize(void *p, std::size_t n) noexcept;
 
 // Usable bytes of the pool allocation p (aborts like pool_free).

@@ -502,6 +502,66 @@ void full_pool()
 	free(r);
 }
 
+long vmrss_kib()
+{
+	char line[256];
+	long kib = -1;
+	std::FILE *f = std::fopen("/proc/self/status", "r");
+
+	if (!f)
+		return -1;
+	while (std::fgets(line, sizeof(line), f))
+		if (!std::strncmp(line, "VmRSS:", 6)) {
+			kib = std::strtol(line + 6, nullptr, 10);
+			break;
+		}
+	std::fclose(f);
+	return kib;
+}
+
+// POOL: freed blocks are cached and reused, and what the cache does not
+// hold goes back to the system (Documentation/zerocopy.rst, "Giving
+// memory back").
+void giving_back()
+{
+	constexpr std::size_t MIB = std::size_t{1} << 20;
+	const std::size_t n = opaque(4 * MIB);
+
+	// The steady state: the block just freed serves the next request of
+	// its size, and calloc clears what it held.
+	auto *p = static_cast<unsigned char *>(malloc(n));
+	CHECK(p && in_pool(p));
+	if (!p)
+		return;
+	std::memset(p, 0xa5, n);
+	free(p);
+	auto *q = static_cast<unsigned char *>(calloc(1, n));
+	CHECK(q == p);
+	if (q) {
+		bool zero = true;
+		for (std::size_t i = 0; i < n; i += 512)
+			zero &= q[i] == 0 && q[i + 511] == 0;
+		CHECK(zero);
+	}
+	free(q);
+
+	// 100 MiB written and freed: back within 32 MiB of the start.
+	void *blocks[25];
+	const long start = vmrss_kib();
+	for (auto &b : blocks) {
+		b = malloc(n);
+		CHECK(b && in_pool(b));
+		if (b)
+			std::memset(b, 0x5a, n);
+	}
+	const long peak = vmrss_kib();
+	for (auto *b : blocks)
+		free(b);
+	const long end = vmrss_kib();
+	CHECK(start > 0 && peak - start >= 95 * 1024);
+	CHECK(end - start <= 32 * 1024);
+}
+
 } // namespace
 
 int main(int argc, char **argv)
@@ -543,6 +603,8 @@ int main(int argc, char **argv)
 		callocs();
 		reallocs();
 		alignments();
+		if (mode == POOL)
+			giving_back();
 	}
 	if (sallocx_fn)
 		jemalloc_mix();
