@@ -28,8 +28,10 @@
  * space is in the call by then).  The outcome over TCP is the same either
  * way; no verdict depends on a sleep.
  *
- * Stderr gets "family N" for the first connection made, so that the test
- * can check that sdrun's run was redirected (AF_SD is 18).
+ * Stderr gets "redirected N" for the first connection made, so that the
+ * test can check that sdrun's run was redirected: getsockopt(SOL_SD,
+ * SD_REDIRECTED), AF_INET (2) for a redirected socket, a negative errno
+ * for a TCP socket.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -57,6 +59,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <linux/sd.h>
 
 #define MIB (1024UL * 1024UL)
 
@@ -263,27 +266,25 @@ static void chk_say_foreign(const struct chk *c, const char *prefix)
 
 static int family_noted;
 
+/* getsockopt(SOL_SD, SD_REDIRECTED): the family a redirected socket
+ * stands in for, or -errno (a TCP socket).  SO_DOMAIN would
+ * not tell: libsd answers it with the family stood in for. */
+static int redirected(int fd)
+{
+	int v = -1;
+	socklen_t len = sizeof(v);
+
+	if (getsockopt(fd, SOL_SD, SD_REDIRECTED, &v, &len))
+		return -errno;
+	return v;
+}
+
 static void note_family(int fd)
 {
-	int dom = -1;
-	socklen_t len = sizeof(dom);
-
 	if (family_noted)
 		return;
 	family_noted = 1;
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len))
-		dom = -1;
-	fprintf(stderr, "family %d\n", dom);
-}
-
-static int domain_of(int fd)
-{
-	int dom = -1;
-	socklen_t len = sizeof(dom);
-
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len))
-		return -errno;
-	return dom;
+	fprintf(stderr, "redirected %d\n", redirected(fd));
 }
 
 static int listener(void)
@@ -887,7 +888,7 @@ static void *lj_thread_a(void *arg)
 	s0 = socket(AF_INET, SOCK_STREAM, 0);
 	if (s0 < 0)
 		die("socket");
-	lj.dom_before = domain_of(s0);
+	lj.dom_before = redirected(s0);
 	close(s0);
 	if (sigsetjmp(lj.jb, 1) == 0) {
 		sem_post(&lj.ready);
@@ -902,7 +903,7 @@ static void *lj_thread_a(void *arg)
 	s1 = socket(AF_INET, SOCK_STREAM, 0);
 	if (s1 < 0)
 		die("socket");
-	lj.dom_after = domain_of(s1);
+	lj.dom_after = redirected(s1);
 	connect_to(s1, lj.l);
 	fill(0, 0, buf, sizeof(buf));
 	err = send_all(s1, buf, sizeof(buf), S_SEND);
@@ -995,8 +996,8 @@ static int case_longjmp_recv(int argc, char **argv)
 	pthread_join(ta, NULL);
 	say("A: new socket %s", lj.new_ok ? "echoes" :
 	    lj.new_err ? lj.new_err : "corrupt");
-	say("A: new socket's family %s", lj.dom_after == lj.dom_before ?
-	    "as before the jump" : "changed");
+	say("A: new socket %s", lj.dom_after == lj.dom_before ?
+	    "redirected as before the jump" : "not made as before the jump");
 	close(c);
 	return hung;
 }
