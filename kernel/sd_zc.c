@@ -1006,8 +1006,12 @@ static int sd_zc_reserve(struct sock *sk, struct sd_zc_queue *zq, u32 len,
 			return nowait ? -ENOBUFS : -EAGAIN;
 		if (sd_zc_dead(sk))
 			return -EPIPE;
+		/*
+		 * Never restarted: libsd calls this mid-send, holding the
+		 * side, and must end its call for the handler to run.
+		 */
 		if (signal_pending(current))
-			return sock_intr_errno(timeo);
+			return -EINTR;
 		wait_event_interruptible_timeout(zq->wait,
 						 sd_zc_fits(zq, len),
 						 min_t(long, timeo, HZ / 10));

@@ -460,6 +460,10 @@ Stop wait_room(int fd)
 	for (;;) {
 		std::uint32_t dir = SD_TOKEN_TX;
 
+		// (One that comes between this look and the sleep is seen
+		// when the sleep ends: Documentation/shim.rst, "Signals".)
+		if (sig::pending())
+			return Stop::SIGNAL;
 		if (real::ioctl()(fd, SD_IOC_SEND_WAIT, &dir) == 0)
 			return Stop::NONE;
 		if (errno == EAGAIN)
@@ -566,6 +570,10 @@ ssize_t send_pages(int fd, Conn *c, Side &s, unsigned char *b, size_t len, int f
 
 		if (room < 0)
 			return room;
+		if (sig::pending()) {
+			stop = Stop::SIGNAL;
+			return -EINTR;
+		}
 		sd_zc_send zs = {};
 		zs.addr = reinterpret_cast<std::uintptr_t>(b);
 		zs.len = chunk;
@@ -574,6 +582,17 @@ ssize_t send_pages(int fd, Conn *c, Side &s, unsigned char *b, size_t len, int f
 			if (room && (errno == EPIPE || errno == ENOTCONN)) {
 				stop = Stop::KERNEL;	/* the kernel reports it */
 				return -EPIPE;
+			}
+			// The queue's wait ends on a signal (never restarted):
+			// one the shim holds back ends the send, any other
+			// (a stop, a handler the shim does not know) is slept
+			// through again.
+			if (room && errno == EINTR) {
+				if (sig::pending()) {
+					stop = Stop::SIGNAL;
+					return -EINTR;
+				}
+				continue;
 			}
 			return send_copy(fd, c, s, b, len, flags, done, stop);
 		}

@@ -27,11 +27,13 @@ eof: yes
 """
 
 CLOSED_BEHIND = """\
+old send: OK
 new socket on the same fd: yes
 send: OK
 peer2 stream2: ok 16384
 peer2 stream0: none
 peer2 eof: yes
+peer1 stream1: ok 8192
 peer1 stream2: none
 peer1 stream0: none
 peer1 eof: yes
@@ -75,7 +77,6 @@ eof: yes
     # number: the recv returns the socket's bytes, the pipe keeps its own,
     # the peer sees end of stream once the recv returned.
     ("close-during-recv", """\
-pipe on the same fd: yes
 peer send: OK
 recv: 1000 bytes
 recv stream0: ok 1000
@@ -123,6 +124,17 @@ recv: 13 bytes
 recv stream0: ok 13
 """),
     # 9. O_NONBLOCK set, then cleared through a dup: recv blocks.
+    # 11. a vfork child closes a socket another thread of its parent is in
+    # recv() on: the child has its own descriptor table, the parent's
+    # socket and its call in flight are untouched.
+    ("vfork-close", """\
+child: closed and left
+peer send: OK
+recv: 100 bytes, intact
+send after: OK
+peer eof: yes
+peer stream1: ok 100
+"""),
     ("nonblock-dup", """\
 recv while non-blocking: EAGAIN
 flags of the original: blocking
@@ -145,7 +157,7 @@ recv: 7 bytes, intact
 # spin it acts while the thread spins.  A right answer does not depend on
 # how long libsd spins.
 SPIN = {"SD_SPIN_US": "5000000"}
-IN_CALL = ("close-during-recv", "longjmp-recv", "eintr", "fork-epoll",
+IN_CALL = ("close-during-recv", "longjmp-recv", "eintr", "fork-epoll", "vfork-close",
            "rcvlowat", "nonblock-dup")
 
 

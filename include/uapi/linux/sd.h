@@ -492,7 +492,8 @@ struct sd_rec {
  * queued, the call waits for the peer to take some (up to the socket's
  * send timeout), or with SD_ZC_DONTWAIT fails with ENOBUFS at once: send
  * by copying then.  Errors: EINVAL (not pool memory, misaligned, too long,
- * bad flags), ENOBUFS, EAGAIN (the send timeout passed), EINTR, ENOTCONN,
+ * bad flags), ENOBUFS, EAGAIN (the send timeout passed), EINTR (a signal;
+ * never restarted: the caller ends its call first), ENOTCONN,
  * EPIPE.
  *
  * Receiving.  A consumer that meets an SD_REC_ZC record at its head, with
