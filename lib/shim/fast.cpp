@@ -1119,31 +1119,37 @@ bool sd_hook_sendmsg(int fd, const struct msghdr *msg, int flags, ssize_t *resul
 			 [&] { return real::sendmsg()(fd, msg, flags); });
 }
 
-// sendmmsg on a stream socket is one sendmsg per message, as the kernel's
-// is: the count of messages sent, or -1 if the first one failed.
-bool sd_hook_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
-		      int *result) noexcept
+// sendmmsg and recvmmsg on a stream socket: one sendmsg or recvmsg per
+// message, as the kernel's are (at most UIO_MAXIOV of them): the count of
+// messages done, or -1 if the first failed.  one(i) makes message i's call
+// (the hook, else the kernel's) and returns its result.
+template <typename One> int each_message(struct mmsghdr *vec, unsigned int vlen, One one)
 {
-	constexpr unsigned MAX_VLEN = 1024;	/* UIO_MAXIOV, as the kernel's */
+	constexpr unsigned MAX_VLEN = 1024;
 	unsigned i = 0;
 
-	vlen = std::min(vlen, MAX_VLEN);
-	for (; i < vlen; i++) {
-		ssize_t r;
-		if (!sd_hook_sendmsg(fd, &vec[i].msg_hdr, flags, &r)) {
-			sig::Open open;
-			r = real::sendmsg()(fd, &vec[i].msg_hdr, flags);
-		}
+	for (vlen = std::min(vlen, MAX_VLEN); i < vlen; i++) {
+		const ssize_t r = one(i);
 		if (r < 0) {
-			if (!i) {
-				*result = -1;
-				return true;
-			}
+			if (!i)
+				return -1;
 			break;
 		}
 		vec[i].msg_len = static_cast<unsigned>(r);
 	}
-	*result = static_cast<int>(i);
+	return static_cast<int>(i);
+}
+
+bool sd_hook_sendmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
+		      int *result) noexcept
+{
+	*result = each_message(vec, vlen, [&](unsigned i) {
+		ssize_t r;
+		if (sd_hook_sendmsg(fd, &vec[i].msg_hdr, flags, &r))
+			return r;
+		sig::Open open;
+		return real::sendmsg()(fd, &vec[i].msg_hdr, flags);
+	});
 	return true;
 }
 
@@ -1204,37 +1210,23 @@ bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noe
 	return true;
 }
 
-// recvmmsg on a stream socket is one recvmsg per message, as the kernel's
-// is; MSG_WAITFORONE makes those after the first non-blocking.  A timeout
-// is the kernel's to keep.
+// MSG_WAITFORONE makes the receives after the first non-blocking.  A
+// timeout is the kernel's to keep.
 bool sd_hook_recvmmsg(int fd, struct mmsghdr *vec, unsigned int vlen, int flags,
 		      struct timespec *timeout, int *result) noexcept
 {
-	constexpr unsigned MAX_VLEN = 1024;	/* UIO_MAXIOV, as the kernel's */
-	unsigned i = 0;
-
 	if (timeout)
 		return false;
-	vlen = std::min(vlen, MAX_VLEN);
-	for (; i < vlen; i++) {
+	*result = each_message(vec, vlen, [&](unsigned i) {
 		int fl = flags & ~MSG_WAITFORONE;
 		if (i && (flags & MSG_WAITFORONE))
 			fl |= MSG_DONTWAIT;
 		ssize_t r;
-		if (!sd_hook_recvmsg(fd, &vec[i].msg_hdr, fl, &r)) {
-			sig::Open open;
-			r = real::recvmsg()(fd, &vec[i].msg_hdr, fl);
-		}
-		if (r < 0) {
-			if (!i) {
-				*result = -1;
-				return true;
-			}
-			break;
-		}
-		vec[i].msg_len = static_cast<unsigned>(r);
-	}
-	*result = static_cast<int>(i);
+		if (sd_hook_recvmsg(fd, &vec[i].msg_hdr, fl, &r))
+			return r;
+		sig::Open open;
+		return real::recvmsg()(fd, &vec[i].msg_hdr, fl);
+	});
 	return true;
 }
 
