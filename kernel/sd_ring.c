@@ -548,9 +548,11 @@ void sd_ring_view(struct sd_ring *ring, bool prod, u64 *pos, u32 *off)
 }
 
 /*
- * Whether the image that owns a side still runs: its process is there and
- * has not exec()ed since (a thread killed by another's exec mid-call
- * leaves busy up for good).
+ * Whether the image that owns a side may still finish a call: its process
+ * is there, is not exiting (killed, or exit_group(): a zombie stays until
+ * its parent reaps it, which may wait for the very call that waits here),
+ * and has not exec()ed since (a thread killed by another's exec mid-call
+ * leaves busy up for good).  Under RCU the task's signal_struct is stable.
  */
 static bool sd_owner_alive(struct pid *owner, u64 exec_id)
 {
@@ -559,7 +561,8 @@ static bool sd_owner_alive(struct pid *owner, u64 exec_id)
 
 	rcu_read_lock();
 	t = pid_task(owner, PIDTYPE_TGID);
-	alive = t && READ_ONCE(t->self_exec_id) == exec_id;
+	alive = t && READ_ONCE(t->self_exec_id) == exec_id &&
+		!(READ_ONCE(t->signal->flags) & SIGNAL_GROUP_EXIT);
 	rcu_read_unlock();
 	return alive;
 }

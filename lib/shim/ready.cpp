@@ -105,7 +105,10 @@ int ring_events(int fd, unsigned want)
 			got = -1;
 			goto out;
 		}
-		if (n > 0)
+		// As sd_poll: readable once SO_RCVLOWAT bytes are there (the
+		// kernel's value, mirrored in the ring).
+		if (n > 0 && static_cast<std::uint64_t>(n) >=
+				     __atomic_load_n(rs.lowat, __ATOMIC_RELAXED))
 			got |= EV_IN;
 	}
 	if (want & EV_OUT) {

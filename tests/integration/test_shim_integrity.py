@@ -118,6 +118,7 @@ waiter: 1 OK
 """),
     # 8. SO_RCVLOWAT 10 with 3 bytes there: not readable, recv waits.
     ("rcvlowat", """\
+recv before: EAGAIN
 poll 0 ms: 0, events 0
 poll 100 ms: 0, events 0
 recv: 13 bytes

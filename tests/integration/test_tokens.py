@@ -20,6 +20,7 @@ TX, RX = 0, 1
 IOC_ACQUIRE = (3 << 30) | (24 << 16) | (0x53 << 8) | 0xD1
 IOC_RELEASE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD2
 IOC_WAKE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD3
+IOC_SEND_WAIT = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xE1
 READER_WAIT = 1
 
 
@@ -221,6 +222,105 @@ def test_wait_for_a_lying_busy_owner_keeps_the_timeout(no_leak):
     assert c.send(b"now") == 3          # the owner is gone
     assert s.recv(10) == b"now"
     for x in (c, s, lst):
+        x.close()
+
+
+def test_a_thread_of_the_owner_waits_for_its_call(no_leak):
+    """The owner's own process gets no shortcut: a system call from
+    another of its threads (a raw syscall, a dup()ed descriptor) waits for
+    the call in flight like anyone's, or its bytes would land where the
+    owner's copy is writing."""
+    c, s, lst = SD.pair()
+    own = Owner(c, TX)                  # this process drives the side
+    assert own.write(b"first")
+    own.u32("prod_busy", 1)             # ... and is mid-call
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 0, 200000))
+    with pytest.raises(BlockingIOError):
+        c.send(b"late")                 # waited, then SO_SNDTIMEO
+    own.u32("prod_busy", 0)
+    assert c.send(b"next") == 4
+    assert s.recv(100) == b"firstnext"
+    own.m.close()
+    for x in (c, s, lst):
+        x.close()
+
+
+def test_a_busy_count_left_by_an_image_that_exec_ed_holds_nobody(no_leak):
+    """A process that exec()s with a call in flight (another of its
+    threads killed mid-call) leaves busy up for good: the kernel takes the
+    side back without waiting once the owner's image is gone, even while
+    the process lives on."""
+    c, s, lst = SD.pair()
+    r, w = os.pipe()                    # w is close-on-exec: EOF at exec
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        own = Owner(c, TX)
+        assert own.write(b"mine")
+        own.u32("prod_busy", 1)
+        os.execv("/bin/sleep", ["sleep", "60"])
+    os.close(w)
+    assert os.read(r, 1) == b""         # the child's exec happened
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 5, 0))
+    try:
+        assert c.send(b"+") == 1        # not EAGAIN after 5 s
+        assert s.recv(100) == b"mine+"
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    for x in (c, s, lst):
+        x.close()
+
+
+def send_wait(sock, d=TX):
+    fcntl.ioctl(sock, IOC_SEND_WAIT, struct.pack("I", d))
+
+
+def test_send_wait_sleeps_for_room_holding_the_side(no_leak):
+    """SD_IOC_SEND_WAIT, libsd's sleep for room mid-send: only for the
+    producer side the caller's process drives, it returns at once when
+    there is room, sleeps without giving the side back while the ring is
+    full, and ends with SO_SNDTIMEO (EAGAIN) or when the peer is gone
+    (EPIPE)."""
+    c, s, lst = SD.pair()
+    for d in (RX, 2, 0xFFFFFFFF):
+        with pytest.raises(OSError) as e:
+            send_wait(c, d)
+        assert e.value.errno == errno.EINVAL
+    with pytest.raises(OSError) as e:
+        send_wait(c)                    # the kernel drives the side
+    assert e.value.errno == errno.EBUSY
+    u = SD.socket()
+    with pytest.raises(OSError) as e:
+        send_wait(u)
+    assert e.value.errno == errno.ENOTCONN
+    own = Owner(c, TX)
+    send_wait(c)                        # room: at once
+    chunk = b"x" * 4000
+    while own.pos + 4008 - own.u64("consumer") <= own.o["size"]:
+        assert own.write(chunk)
+    free = own.o["size"] - (own.pos - own.u64("consumer"))
+    assert own.write(b"y" * (free - 8))  # not a byte left
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 0, 200000))
+    with pytest.raises(BlockingIOError):
+        send_wait(c)                    # full: the timeout
+    assert own.mine()                   # still ours
+    # Room comes: the reader takes over half the ring, which publishes
+    # its credit (the consumer does so lazily until then).
+    took = 0
+    while took <= own.o["size"] // 2:
+        took += len(s.recv(65536))
+    send_wait(c)
+    assert own.mine()
+    s.close()                           # the peer is gone: no wait
+    with pytest.raises(OSError) as e:
+        send_wait(c)
+    assert e.value.errno == errno.EPIPE
+    own.m.close()
+    for x in (c, lst, u):
         x.close()
 
 
