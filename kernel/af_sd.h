@@ -97,6 +97,9 @@ struct sd_ring {
 	 */
 	u64		prod_exec;
 	u64		cons_exec;
+	/* Where each owner's busy count is, in its memory (sd_token.busy). */
+	u64		prod_busy;
+	u64		cons_busy;
 	u32		token_seq;	/* under conn->lock */
 
 	struct sd_zc_queue zq;		/* zero-copy pages, this direction */
@@ -114,12 +117,10 @@ struct sd_ring_hdr {
 	u32	cons_flags;
 	u8	pad1[116];
 	u64	prod_pos;			/* producer, private */
-	u32	prod_busy;
-	u8	pad2[116];
+	u8	pad2[120];
 	u64	cons_pos;			/* consumer, private */
 	u32	cons_off;
-	u32	cons_busy;
-	u8	pad3[112];
+	u8	pad3[116];
 	u32	prod_token;			/* kernel, read-mostly */
 	u32	cons_token;
 	u32	cons_lowat;			/* the consumer's SO_RCVLOWAT */

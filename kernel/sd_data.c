@@ -597,7 +597,7 @@ static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
 	if (cmd == SD_IOC_ACQUIRE) {
 		if (copy_from_user(&tok, arg, sizeof(tok)))
 			return -EFAULT;
-		if (tok.pad)
+		if (tok.pad || tok.busy % sizeof(u32))
 			return -EINVAL;
 		dir = tok.dir;
 	} else if (get_user(dir, (u32 __user *)arg)) {
@@ -607,9 +607,14 @@ static int sd_token_ioctl(struct sock *sk, unsigned int cmd,
 		return -EINVAL;
 	prod = dir == SD_TOKEN_TX;
 
+	/*
+	 * A signal ends the wait for the owner's call with EINTR, never a
+	 * restart: libsd asks from inside a call of its own and must end it
+	 * for the handler to run.
+	 */
 	err = sd_lock_call(sk, prod, false);
 	if (err)
-		return err;
+		return err == -ERESTARTSYS ? -EINTR : err;
 	err = -ENOTCONN;
 	if (!ss->conn || cmd == SD_IOC_RELEASE) {
 		err = ss->conn ? 0 : -ENOTCONN;

@@ -129,10 +129,8 @@ void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
 	off->size = ring->size;
 	off->mmap_len = (u64)ring->nr_pages << PAGE_SHIFT;
 	off->prod_pos = offsetof(struct sd_ring_hdr, prod_pos);
-	off->prod_busy = offsetof(struct sd_ring_hdr, prod_busy);
 	off->cons_pos = offsetof(struct sd_ring_hdr, cons_pos);
 	off->cons_off = offsetof(struct sd_ring_hdr, cons_off);
-	off->cons_busy = offsetof(struct sd_ring_hdr, cons_busy);
 	off->prod_token = offsetof(struct sd_ring_hdr, prod_token);
 	off->cons_token = offsetof(struct sd_ring_hdr, cons_token);
 	off->cons_lowat = offsetof(struct sd_ring_hdr, cons_lowat);
@@ -636,14 +634,41 @@ static int sd_take_cons(struct sd_ring *ring)
  * -EPROTO: the owner left the ring corrupt.
  */
 /*
+ * The busy count of a side's owner, read from the owner's memory (the
+ * address it gave with SD_IOC_ACQUIRE): 0 if there is none or it cannot
+ * be read (an owner that lies or unmaps it only loses its own side).  The
+ * owner's own threads read it directly, others through its mm.  May
+ * sleep (a fault, the owner's mmap_lock): the caller holds no spinlock.
+ */
+static u32 sd_ring_busy(struct sd_ring *ring, bool prod, struct pid *owner)
+{
+	u64 addr = prod ? READ_ONCE(ring->prod_busy) : READ_ONCE(ring->cons_busy);
+	struct task_struct *t;
+	u32 busy = 0;
+
+	if (!addr)
+		return 0;
+	if (owner == task_tgid(current)) {
+		if (get_user(busy, (u32 __user *)(unsigned long)addr))
+			return 0;
+		return busy;
+	}
+	t = get_pid_task(owner, PIDTYPE_TGID);
+	if (!t)
+		return 0;
+	if (access_process_vm(t, addr, &busy, sizeof(busy), 0) != sizeof(busy))
+		busy = 0;
+	put_task_struct(t);
+	return busy;
+}
+
+/*
  * Still worth waiting for @owner (a reference the caller holds) to finish
  * its call on a side?  Lockless.
  */
 bool sd_ring_owner_busy(struct sd_ring *ring, bool prod, struct pid *owner)
 {
-	struct sd_ring_hdr *h = sd_ring_hdr(ring);
-
-	return READ_ONCE(*(prod ? &h->prod_busy : &h->cons_busy)) &&
+	return sd_ring_busy(ring, prod, owner) &&
 	       sd_owner_alive(owner, prod ? READ_ONCE(ring->prod_exec) :
 					    READ_ONCE(ring->cons_exec));
 }
@@ -667,7 +692,6 @@ int sd_ring_reclaim(struct sd_ring *ring, bool prod)
 	struct sd_ring_hdr *h = sd_ring_hdr(ring);
 	struct pid **owner = prod ? &ring->prod_owner : &ring->cons_owner;
 	u32 *token = prod ? &h->prod_token : &h->cons_token;
-	u32 *busy = prod ? &h->prod_busy : &h->cons_busy;
 	int err;
 
 	if (!*owner)
@@ -684,8 +708,8 @@ int sd_ring_reclaim(struct sd_ring *ring, bool prod)
 	 * owner that must sleep mid-call does so holding the side
 	 * (SD_IOC_SEND_WAIT), never through the system calls.
 	 */
-	if (READ_ONCE(*busy) &&
-	    sd_owner_alive(*owner, prod ? ring->prod_exec : ring->cons_exec))
+	if (sd_owner_alive(*owner, prod ? ring->prod_exec : ring->cons_exec) &&
+	    sd_ring_busy(ring, prod, *owner))
 		return -EAGAIN;
 	err = prod ? sd_take_prod(ring) : sd_take_cons(ring);
 	put_pid(*owner);
@@ -705,6 +729,7 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 	tok->token = token;
 	tok->off = 0;
 	if (prod) {
+		WRITE_ONCE(ring->prod_busy, tok->busy);
 		tok->pos = ring->tail;
 		WRITE_ONCE(h->prod_pos, ring->tail);
 		WRITE_ONCE(ring->prod_exec, current->self_exec_id);
@@ -713,6 +738,7 @@ void sd_ring_grant(struct sd_ring *ring, bool prod, struct sd_token *tok)
 		smp_store_release(&h->prod_token, token);
 	} else {
 		sd_ring_credit(ring, true);
+		WRITE_ONCE(ring->cons_busy, tok->busy);
 		tok->pos = ring->head;
 		tok->off = ring->rec_off;
 		WRITE_ONCE(h->cons_pos, ring->head);

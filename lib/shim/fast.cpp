@@ -54,8 +54,11 @@ template <typename T> T *at(void *map, std::uint64_t off)
 
 void init_side(Side &s, void *map, const sd_ring_offset &o, bool prod)
 {
+	// busy is this process's own (the kernel reads it from here), never
+	// in the ring, which the peer could write.
+	s.busy = 0;
 	s.tok = sd::TokenSide(at<std::uint32_t>(map, prod ? o.prod_token : o.cons_token),
-			      at<std::uint32_t>(map, prod ? o.prod_busy : o.cons_busy));
+			      &s.busy);
 	s.prod_flags = at<std::uint32_t>(map, o.prod_flags);
 	s.cons_flags = at<std::uint32_t>(map, o.cons_flags);
 	s.pos = at<std::uint64_t>(map, prod ? o.prod_pos : o.cons_pos);
@@ -230,25 +233,39 @@ void forget(int fd)
 		drop(c);
 }
 
-// The last call in flight on c is out: carry out the close() it held up.
+// Numbers whose close() waits for a call in flight (close_deferred()): to
+// the program they are closed, so a second close() of one is EBADF and
+// close_range() leaves it alone; dup2() onto one cancels the wait.
+std::atomic<bool> deferred[MAX_CONNS];
+std::atomic<int> deferred_count;
+
+void mark_deferred(int fd, bool on)
+{
+	if (deferred[fd].exchange(on, std::memory_order_relaxed) != on)
+		deferred_count.fetch_add(on ? 1 : -1, std::memory_order_relaxed);
+}
+
+// The last call in flight on c is out: carry out the close() it held up,
+// and unmap c if it was forgotten meanwhile.
 void finish_close(Conn *c)
 {
 	const int fd = c->defer_fd.exchange(-1, std::memory_order_seq_cst);
 
 	if (fd >= 0) {
 		const int saved = errno;
+		mark_deferred(fd, false);
 		(void)real::close()(fd);
 		errno = saved;
-		drop(nullptr);
 	}
+	drop(nullptr);
 }
 
 // fd is being closed: its state goes, and the close itself waits for the
 // data calls in flight on it (true: it was left to the last of them, and
-// the fd stays open until then).  c->defer_fd before the counts, each
-// call's count before its look at defer_fd (CallRef): of a close and a
-// call leaving at once, at least one sees the other, and exchange() lets
-// only one of them close.
+// the fd stays open until then, close-on-exec).  c->defer_fd before the
+// counts, each call's count before its look at defer_fd (CallRef): of a
+// close and a call leaving at once, at least one sees the other, and
+// exchange() lets only one of them close.
 bool close_deferred(int fd)
 {
 	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS)
@@ -256,15 +273,37 @@ bool close_deferred(int fd)
 	Conn *c = conns[fd].exchange(nullptr, std::memory_order_acq_rel);
 	if (!c)
 		return false;
+	mark_deferred(fd, true);
 	c->defer_fd.store(fd, std::memory_order_seq_cst);
 	if (in_flight(c)) {
+		const int saved = errno;
+		(void)real::fcntl()(fd, F_SETFD, FD_CLOEXEC);
+		errno = saved;
 		drop(c);
 		return true;
 	}
 	const bool mine = c->defer_fd.exchange(-1, std::memory_order_seq_cst) >= 0;
+	if (mine)
+		mark_deferred(fd, false);
 	drop(c);
 	// A call that left meanwhile took the close (it is done or under way).
 	return !mine;
+}
+
+// dup2() or dup3() onto fd: a close of fd that waits for a call no longer
+// closes it (the number is the new file's from now on).
+void undefer(int fd)
+{
+	if (fd < 0 || static_cast<unsigned>(fd) >= MAX_CONNS ||
+	    !deferred[fd].load(std::memory_order_relaxed))
+		return;
+	mark_deferred(fd, false);
+	pthread_mutex_lock(&spare_lock);
+	for (Conn *c = zombies; c; c = c->next_spare) {
+		int want = fd;
+		c->defer_fd.compare_exchange_strong(want, -1, std::memory_order_seq_cst);
+	}
+	pthread_mutex_unlock(&spare_lock);
 }
 
 // This process's id, to tell a child of vfork (which runs on its parent's
@@ -279,18 +318,64 @@ bool vfork_child()
 	return getpid() != my_pid.load(std::memory_order_relaxed);
 }
 
+void leave(Conn *c, Side &s)
+{
+	s.calls.fetch_sub(1, std::memory_order_seq_cst);
+	if (!in_flight(c) && (c->defer_fd.load(std::memory_order_seq_cst) >= 0 ||
+			      !c->still(c->fd)))
+		finish_close(c);
+}
+
+// The CallRef a thread holds, if any.  A call is left without its
+// destructor when a signal handler that ran during its kernel call
+// longjmp()s out, or when pthread_cancel() unwinds it (the shim has no
+// exception tables): the thread's next call, or its exit, lets go of it.
+struct Held {
+	Conn *c;
+	Side *s;
+};
+thread_local Held held __attribute__((tls_model("initial-exec")));
+pthread_key_t held_key;
+pthread_once_t held_once = PTHREAD_ONCE_INIT;
+
+void release_held()
+{
+	if (Conn *c = held.c) {
+		Side *s = held.s;
+		held = {};
+		leave(c, *s);
+	}
+}
+
+void held_at_exit(void *)
+{
+	release_held();
+}
+
+void held_key_init()
+{
+	(void)pthread_key_create(&held_key, held_at_exit);
+}
+
 // A data call on one side, from the hook's start to its end.
 class CallRef {
 public:
 	CallRef(Conn *c, Side &s) noexcept : c_(c), s_(s)
 	{
+		release_held();
 		s.calls.fetch_add(1, std::memory_order_seq_cst);
+		held = {c, &s};
+		// Once per thread: the key's value only has to be non-null for
+		// its destructor to run at the thread's exit.
+		if (!pthread_getspecific(held_key)) [[unlikely]] {
+			pthread_once(&held_once, held_key_init);
+			(void)pthread_setspecific(held_key, &held);
+		}
 	}
 	~CallRef()
 	{
-		s_.calls.fetch_sub(1, std::memory_order_seq_cst);
-		if (c_->defer_fd.load(std::memory_order_seq_cst) >= 0 && !in_flight(c_))
-			finish_close(c_);
+		held = {};
+		leave(c_, s_);
 	}
 	CallRef(const CallRef &) = delete;
 	CallRef &operator=(const CallRef &) = delete;
@@ -300,11 +385,19 @@ private:
 	Side &s_;
 };
 
+void stopped_by_signal(int fd, bool send);
+
 // The kernel's path for a call the fast path does not finish, made here
 // under the call's CallRef (so the fd is the socket's throughout) and with
-// signals delivered as they come, as around any system call.
-template <typename Kernel> bool kernel_path(Kernel &kernel, ssize_t *result)
+// signals delivered as they come, as around any system call.  A signal
+// held back before it ends the call first (nothing was done yet).
+template <typename Kernel> bool kernel_path(int fd, bool send, Kernel &kernel, ssize_t *result)
 {
+	if (sig::pending()) {
+		stopped_by_signal(fd, send);
+		*result = -1;
+		return true;
+	}
 	sig::Open open;
 	*result = kernel();
 	return true;
@@ -350,6 +443,7 @@ std::uint32_t acquire(Conn *c, Side &s, bool prod)
 {
 	sd_token tok = {};
 	tok.dir = prod ? SD_TOKEN_TX : SD_TOKEN_RX;
+	tok.busy = reinterpret_cast<std::uintptr_t>(&s.busy);
 	if (real::ioctl()(c->fd, SD_IOC_ACQUIRE, &tok) || !tok.token)
 		return 0;
 	if (prod)
@@ -365,7 +459,13 @@ std::uint32_t acquire(Conn *c, Side &s, bool prod)
 // exchange each way.
 bool lock_side(Side &s)
 {
-	pthread_mutex_lock(&s.lock);
+	if (pthread_mutex_trylock(&s.lock)) {
+		// Another thread's call holds it, maybe for a long sleep for
+		// room: wait with signals delivered as they come (nothing is
+		// held here), as a call waiting for the socket in the kernel.
+		sig::Open open;
+		pthread_mutex_lock(&s.lock);
+	}
 	return true;
 }
 
@@ -686,7 +786,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	const bool locked = lock_side(s);
 	if (!c->still(fd) || !begin(c, s, true)) {
 		unlock_side(s, locked);
-		return kernel_path(kernel, result);
+		return kernel_path(fd, true, kernel, result);
 	}
 	// The connection ended or was reset, or this end shut down writing:
 	// the kernel's path reports exactly what TCP would.
@@ -694,7 +794,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
 		end(s);
 		unlock_side(s, locked);
-		return kernel_path(kernel, result);
+		return kernel_path(fd, true, kernel, result);
 	}
 	sd::Producer &p = s.producer();
 	size_t done = 0;
@@ -727,7 +827,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	unlock_side(s, locked);
 	if (send_result(fd, done, n, stop, result))
 		return true;
-	return kernel_path(kernel, result);
+	return kernel_path(fd, true, kernel, result);
 }
 
 // The record at the head of the ring is zero-copy: the kernel places its
@@ -844,7 +944,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	const bool locked = lock_side(s);
 	if (!c->still(fd) || !begin(c, s, false)) {
 		unlock_side(s, locked);
-		return kernel_path(kernel, result);
+		return kernel_path(fd, false, kernel, result);
 	}
 	sd::Consumer &q = s.consumer();
 	// SO_RCVLOWAT (mirrored by the kernel): a blocking receive returns
@@ -856,7 +956,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		if (have >= 0 && static_cast<size_t>(have) < std::min<size_t>(lowat, want)) {
 			end(s);
 			unlock_side(s, locked);
-			return kernel_path(kernel, result);
+			return kernel_path(fd, false, kernel, result);
 		}
 	}
 	Backoff backoff;
@@ -934,9 +1034,10 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	// What was left for this receive and it did not take: into the ring.
 	if (direct)
 		sd_rdma_received(fd);
+	spinning.stop();
 	if (!owned) {
 		unlock_side(s, locked);
-		return kernel_path(kernel, result);	/* the side is the kernel's */
+		return kernel_path(fd, false, kernel, result);	/* the side is the kernel's */
 	}
 	// Where the kernel goes on from if it takes the side back.  Even a
 	// read that found nothing may have moved the head past padding.
@@ -986,7 +1087,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		return true;
 	}
 	/* A wait to sleep through, the end of the stream, an error: kernel. */
-	return kernel_path(kernel, result);
+	return kernel_path(fd, false, kernel, result);
 }
 
 void after_fork_parent();
@@ -1020,6 +1121,7 @@ void after_fork_child()
 		pthread_mutex_init(&c->rx.lock, nullptr);
 		c->tx.calls.store(0, std::memory_order_relaxed);
 		c->rx.calls.store(0, std::memory_order_relaxed);
+		c->tx.busy = c->rx.busy = 0;	/* the parent's calls are its own */
 		c->tx.tok.lost();
 		c->rx.tok.lost();
 		c->shared.store(true, std::memory_order_relaxed);
@@ -1027,6 +1129,15 @@ void after_fork_child()
 	my_pid.store(getpid(), std::memory_order_relaxed);
 	// The spares' locks too: a thread of the parent may have held one.
 	pthread_mutex_init(&spare_lock, nullptr);
+	// A close that waited for a call of the parent's: no call of the
+	// parent runs here, so the child's copy of the fd is closed now.
+	for (Conn *c = zombies; c; c = c->next_spare) {
+		const int fd = c->defer_fd.exchange(-1, std::memory_order_relaxed);
+		if (fd >= 0) {
+			mark_deferred(fd, false);
+			(void)real::close()(fd);
+		}
+	}
 	for (Conn *list : {spare, zombies})
 		for (Conn *c = list; c; c = c->next_spare) {
 			pthread_mutex_init(&c->tx.lock, nullptr);
@@ -1034,6 +1145,7 @@ void after_fork_child()
 			c->tx.calls.store(0, std::memory_order_relaxed);
 			c->rx.calls.store(0, std::memory_order_relaxed);
 		}
+	drop(nullptr);
 	epoll_after_fork_child();
 }
 
@@ -1236,6 +1348,13 @@ bool sd_hook_close(int fd, int *result) noexcept
 {
 	if (vfork_child())
 		return false;
+	release_held();
+	if (fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS &&
+	    deferred[fd].load(std::memory_order_relaxed)) {
+		*result = -1;
+		errno = EBADF;		/* closed already, as far as the program knows */
+		return true;
+	}
 	if (fd >= 0)
 		sd_rdma_closing(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
 	if (!close_deferred(fd))
@@ -1251,11 +1370,15 @@ bool sd_hook_close_range(unsigned int first, unsigned int last, int flags, int *
 	if ((static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC) || vfork_child())
 		return false;
 	sd_rdma_closing(first, last);
+	release_held();
 	unsigned from = first;
 	bool split = false;
 	for (unsigned fd = first; fd <= last && fd < MAX_CONNS; fd++) {
-		if (!conns[fd].load(std::memory_order_relaxed) ||
-		    !close_deferred(static_cast<int>(fd)))
+		// Closed already (its close waits for a call), or closed now
+		// but held open for a call in flight: either stays open.
+		if (!deferred[fd].load(std::memory_order_relaxed) &&
+		    (!conns[fd].load(std::memory_order_relaxed) ||
+		     !close_deferred(static_cast<int>(fd))))
 			continue;
 		// fd stays open for now: close what lies before it.
 		if (fd > from && real::close_range()(from, fd - 1, flags)) {
@@ -1294,6 +1417,7 @@ bool sd_hook_dup2(int fd, int newfd, int *result) noexcept
 	copied(fd);
 	if (fd != newfd && newfd >= 0) {
 		sd_rdma_closing(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
+		undefer(newfd);
 		forget(newfd);
 	}
 	(void)result;
@@ -1304,6 +1428,20 @@ bool sd_hook_dup3(int fd, int newfd, int flags, int *result) noexcept
 {
 	(void)flags;
 	return sd_hook_dup2(fd, newfd, result);
+}
+
+// Whether the fast path keeps anything for fd: state of its own, or a
+// close that waits for a call (the wrappers of close and dup2 then ask
+// their hooks whatever the descriptor table says).
+bool sd_fds_deferred() noexcept
+{
+	return deferred_count.load(std::memory_order_relaxed) > 0;
+}
+
+bool sd_fd_tracked(int fd) noexcept
+{
+	return lookup(fd) || (fd >= 0 && static_cast<unsigned>(fd) < MAX_CONNS &&
+			      deferred[fd].load(std::memory_order_relaxed));
 }
 
 // A new fd: any state left on its number is a closed file's (closed where

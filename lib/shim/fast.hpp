@@ -42,6 +42,7 @@ struct Side {
 	// one is in flight is carried out when the last one is out.
 	std::atomic<unsigned> calls;
 	sd::TokenSide tok;		// whether this process drives the side
+	std::uint32_t busy;		// its busy count (the kernel reads it here)
 	std::uint32_t *prod_flags;
 	std::uint32_t *cons_flags;
 	std::uint64_t *pos;

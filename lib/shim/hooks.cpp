@@ -27,6 +27,16 @@
 
 [[gnu::weak]] void sd_fd_new(int fd) noexcept {}
 
+[[gnu::weak]] bool sd_fd_tracked(int fd) noexcept
+{
+	return false;
+}
+
+[[gnu::weak]] bool sd_fds_deferred() noexcept
+{
+	return false;
+}
+
 [[gnu::weak]] void sd_exec_prepare() noexcept {}
 
 [[gnu::weak]] void sd_exec_failed() noexcept {}

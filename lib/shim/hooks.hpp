@@ -79,6 +79,12 @@ bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept;
 // ...): whatever the fast path kept for that number belongs to a file
 // closed where the shim could not see it.
 void sd_fd_new(int fd) noexcept;
+// Whether the fast path keeps anything for fd whatever the descriptor
+// table says (its close and dup2 must reach their hooks).
+bool sd_fd_tracked(int fd) noexcept;
+// Whether a close waits for a call anywhere (close_range must reach its
+// hook).
+bool sd_fds_deferred() noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
 // An exec is about to be made; then, if it failed, this image goes on.
 void sd_exec_prepare() noexcept;

@@ -266,7 +266,7 @@ extern "C" int close(int fd)
 {
 	int r = -1;
 
-	if (fds.peek(fd) == FD_SD && !inside() && SD_ASK(close, r, (fd))) {
+	if ((fds.peek(fd) == FD_SD || sd_fd_tracked(fd)) && !inside() && SD_ASK(close, r, (fd))) {
 		fds.forget(fd);
 		return r;
 	}
@@ -281,7 +281,7 @@ extern "C" int close_range(unsigned int first, unsigned int last, int flags)
 	const bool closing = !(static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC);
 	int r = -1;
 
-	if (first <= last && !inside() && fds.any_sd(first, last) &&
+	if (first <= last && !inside() && (fds.any_sd(first, last) || sd_fds_deferred()) &&
 	    SD_ASK(close_range, r, (first, last, flags))) {
 		if (closing && r == 0)
 			fds.forget_range(first, last);
@@ -300,8 +300,8 @@ extern "C" void closefrom(int lowfd)
 	const unsigned first = lowfd < 0 ? 0 : static_cast<unsigned>(lowfd);
 	int r = -1;
 
-	if (!inside() && fds.any_sd(first, ~0U) && SD_ASK(close_range, r, (first, ~0U, 0)) &&
-	    r == 0) {
+	if (!inside() && (fds.any_sd(first, ~0U) || sd_fds_deferred()) &&
+	    SD_ASK(close_range, r, (first, ~0U, 0)) && r == 0) {
 		fds.forget_range(first, ~0U);
 		return;
 	}
@@ -329,7 +329,9 @@ static int dup_onto(int fd, int newfd, Real real_call, Hook hook)
 {
 	int r = -1;
 
-	if (!inside() && (fds.kind(fd) == FD_SD || (newfd != fd && fds.peek(newfd) == FD_SD)) &&
+	if (!inside() &&
+	    (fds.kind(fd) == FD_SD ||
+	     (newfd != fd && (fds.peek(newfd) == FD_SD || sd_fd_tracked(newfd)))) &&
 	    hook(r)) {
 		if (r >= 0 && newfd != fd)
 			fds.copy(fd, newfd);
@@ -957,11 +959,20 @@ extern "C" long syscall(long number, ...)
 	case SYS_accept4:
 	case SYS_open:
 	case SYS_openat:
+	case SYS_openat2:
 	case SYS_creat:
+	case SYS_eventfd:
 	case SYS_eventfd2:
 	case SYS_memfd_create:
+	case SYS_epoll_create:
 	case SYS_epoll_create1:
 	case SYS_timerfd_create:
+	case SYS_signalfd:
+	case SYS_signalfd4:
+	case SYS_inotify_init:
+	case SYS_inotify_init1:
+	case SYS_pidfd_open:
+	case SYS_pidfd_getfd:
 		if (r >= 0 && r <= INT_MAX)
 			created(static_cast<int>(r), FD_UNKNOWN);
 		break;

@@ -98,7 +98,7 @@ CHILD = textwrap.dedent("""
                 continue
             socks.append(s)
             s.settimeout(2)
-            raw, e = faulty(c.getsockopt, SOL_SD, SD_MMAP_OFFSETS, 224)
+            raw, e = faulty(c.getsockopt, SOL_SD, SD_MMAP_OFFSETS, 192)
             if not e and rng.random() < 0.5:
                 # The first ring's mmap_len (sixth u64; see offsets() in
                 # test_sd_specific.py).

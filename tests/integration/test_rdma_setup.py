@@ -314,7 +314,7 @@ def map_tx_flags(name):
     """Map S[name]'s send ring through its bridge's descriptor, for
     tx_cons_flags(); unmap_tx_flags() before the descriptor's close."""
     import mmap
-    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 224)
+    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 192)
     S[name + "fo"] = struct.unpack_from("Q", off, 16)[0]
     S[name + "m"] = mmap.mmap(S[name + "b"], struct.unpack_from("Q", off, 40)[0],
                               mmap.MAP_SHARED, mmap.PROT_READ)
@@ -414,9 +414,9 @@ def bridge_maps(name):
     """Map both rings through the bridge's descriptor: their lengths, and
     the errno of an offset that is neither."""
     import mmap
-    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 224)
+    off = S[name].getsockopt(SOL_SD, SD_MMAP_OFFSETS, 192)
     lens = [struct.unpack_from("Q", off, 40)[0],
-            struct.unpack_from("Q", off, 112 + 40)[0]]
+            struct.unpack_from("Q", off, 96 + 40)[0]]
     got = []
     for pgoff, ln in zip((0, 0x80000000), lens):
         m = mmap.mmap(S[name + "b"], ln, mmap.MAP_SHARED,

@@ -197,12 +197,12 @@ def test_namespaces_do_not_see_each_other(netns, no_leak):
 # ---- rings ---------------------------------------------------------------
 
 def offsets(s):
-    raw = s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 224)
-    vals = struct.unpack("28Q", raw)
+    raw = s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 192)
+    vals = struct.unpack("24Q", raw)
     keys = ("consumer", "prod_flags", "cons_flags", "data", "size", "mmap_len",
-            "prod_pos", "prod_busy", "cons_pos", "cons_off", "cons_busy",
-            "prod_token", "cons_token", "cons_lowat")
-    return dict(zip(keys, vals[:14])), dict(zip(keys, vals[14:]))
+            "prod_pos", "cons_pos", "cons_off", "prod_token", "cons_token",
+            "cons_lowat")
+    return dict(zip(keys, vals[:12])), dict(zip(keys, vals[12:]))
 
 
 def test_mmap_offsets_describe_both_rings(no_leak):

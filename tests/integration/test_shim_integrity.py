@@ -136,6 +136,13 @@ send after: OK
 peer eof: yes
 peer stream1: ok 100
 """),
+    # pthread_cancel of a thread blocked in recv(): it never returns from
+    # the call, and the close() after it still closes the socket.
+    ("cancel-recv", """\
+reader: cancelled
+close: OK
+peer eof: yes
+"""),
     ("nonblock-dup", """\
 recv while non-blocking: EAGAIN
 flags of the original: blocking

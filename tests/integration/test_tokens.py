@@ -2,6 +2,7 @@
 ring side itself (what libsd does), following "Tokens" in
 include/uapi/linux/sd.h.  The owner here is Python writing the mapped
 ring by hand, so every step of the protocol is visible."""
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -17,17 +18,18 @@ from test_sd_specific import offsets
 
 SD = Family("sd")
 TX, RX = 0, 1
-IOC_ACQUIRE = (3 << 30) | (24 << 16) | (0x53 << 8) | 0xD1
+IOC_ACQUIRE = (3 << 30) | (32 << 16) | (0x53 << 8) | 0xD1
 IOC_RELEASE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD2
 IOC_WAKE = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xD3
 IOC_SEND_WAIT = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xE1
 READER_WAIT = 1
 
 
-def acquire(s, d):
-    buf = bytearray(struct.pack("IIQII", d, 0, 0, 0, 0))
+def acquire(s, d, busy=0):
+    """SD_IOC_ACQUIRE; busy: the address of the caller's busy count."""
+    buf = bytearray(struct.pack("IIQIIQ", d, 0, 0, 0, 0, busy))
     fcntl.ioctl(s, IOC_ACQUIRE, buf, True)
-    _, token, pos, off, _ = struct.unpack("IIQII", buf)
+    _, token, pos, off, _, _ = struct.unpack("IIQIIQ", buf)
     return token, pos, off
 
 
@@ -41,7 +43,11 @@ class Owner:
         self.m = mmap.mmap(s.fileno(), self.o["mmap_len"], mmap.MAP_SHARED,
                            mmap.PROT_READ | mmap.PROT_WRITE,
                            offset=0 if d == TX else 0x80000000)
-        self.token, self.pos, self.off = acquire(s, d)
+        # The busy count lives in this process's memory, where the
+        # kernel reads it (never in the ring, which the peer maps too).
+        self.count = ctypes.c_uint32(0)
+        self.token, self.pos, self.off = acquire(s, d,
+                                                 ctypes.addressof(self.count))
 
     def u32(self, key, value=None):
         if value is None:
@@ -53,29 +59,35 @@ class Owner:
             return struct.unpack_from("Q", self.m, self.o[key])[0]
         struct.pack_into("Q", self.m, self.o[key], value)
 
+    def busy(self, value=None):
+        """The owner's busy count (struct sd_token.busy)."""
+        if value is None:
+            return self.count.value
+        self.count.value = value
+
     def mine(self):
         return self.u32("prod_token" if self.d == TX else "cons_token") == \
             self.token
 
     def write(self, payload, flags=1):
         """One record, by the rules; returns False if the token is gone."""
-        self.u32("prod_busy", 1)
+        self.busy(1)
         if not self.mine():
-            self.u32("prod_busy", 0)
+            self.busy(0)
             return False
         at = self.o["data"] + (self.pos % self.o["size"])
         self.m[at + 8:at + 8 + len(payload)] = payload
         struct.pack_into("II", self.m, at, len(payload), flags)
         self.pos += 8 + (len(payload) + 7) // 8 * 8
         self.u64("prod_pos", self.pos)
-        self.u32("prod_busy", 0)
+        self.busy(0)
         if self.u32("cons_flags") & READER_WAIT:
             fcntl.ioctl(self.s, IOC_WAKE, struct.pack("I", TX))
         return True
 
     def read(self, n):
         """Up to n bytes of the record at head, by the rules."""
-        self.u32("cons_busy", 1)
+        self.busy(1)
         assert self.mine()
         at = self.o["data"] + (self.pos % self.o["size"])
         length, flags = struct.unpack_from("II", self.m, at)
@@ -89,7 +101,7 @@ class Owner:
             self.off = 0
         self.u64("cons_pos", self.pos)
         self.u32("cons_off", self.off)
-        self.u32("cons_busy", 0)
+        self.busy(0)
         return data
 
 
@@ -174,14 +186,14 @@ def test_busy_owner_is_waited_for(no_leak):
         # Another process owns the side and is mid-call: busy for 0.3 s,
         # then a record, then done.
         own = Owner(c, TX)
-        own.u32("prod_busy", 1)
+        own.busy(1)
         os.write(w, b"x")
         time.sleep(0.3)
         at = own.o["data"] + own.pos % own.o["size"]
         own.m[at + 8:at + 12] = b"slow"
         struct.pack_into("II", own.m, at, 4, 1)
         own.u64("prod_pos", own.pos + 16)
-        own.u32("prod_busy", 0)
+        own.busy(0)
         os._exit(0)
     os.read(r, 1)
     t0 = time.monotonic()
@@ -204,10 +216,10 @@ def test_wait_for_a_lying_busy_owner_keeps_the_timeout(no_leak):
     pid = os.fork()
     if pid == 0:
         own = Owner(c, TX)
-        own.u32("prod_busy", 1)
+        own.busy(1)
         os.write(w, b"x")
         os.read(done_r, 1)
-        own.u32("prod_busy", 0)
+        own.busy(0)
         os._exit(0)
     os.read(r, 1)
     c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
@@ -233,12 +245,12 @@ def test_a_thread_of_the_owner_waits_for_its_call(no_leak):
     c, s, lst = SD.pair()
     own = Owner(c, TX)                  # this process drives the side
     assert own.write(b"first")
-    own.u32("prod_busy", 1)             # ... and is mid-call
+    own.busy(1)             # ... and is mid-call
     c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
                  struct.pack("ll", 0, 200000))
     with pytest.raises(BlockingIOError):
         c.send(b"late")                 # waited, then SO_SNDTIMEO
-    own.u32("prod_busy", 0)
+    own.busy(0)
     assert c.send(b"next") == 4
     assert s.recv(100) == b"firstnext"
     own.m.close()
@@ -258,7 +270,7 @@ def test_a_busy_count_left_by_an_image_that_exec_ed_holds_nobody(no_leak):
         os.close(r)
         own = Owner(c, TX)
         assert own.write(b"mine")
-        own.u32("prod_busy", 1)
+        own.busy(1)
         os.execv("/bin/sleep", ["sleep", "60"])
     os.close(w)
     assert os.read(r, 1) == b""         # the child's exec happened
@@ -330,11 +342,21 @@ def test_dead_busy_owner_does_not_hang_the_kernel(no_leak):
     if pid == 0:
         child = Owner(c, TX)
         child.write(b"mine")
-        child.u32("prod_busy", 1)       # dies in the middle of a call
+        child.busy(1)       # dies in the middle of a call
         os._exit(0)
     os.waitpid(pid, 0)
     assert c.send(b"+") == 1
     assert s.recv(100) == b"mine+"
+    # The count the child left up holds nobody after it: this process
+    # owns the side next (another busy word), and its own system call
+    # then takes it back at once.
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                 struct.pack("ll", 2, 0))
+    own = Owner(c, TX)
+    assert own.write(b"own")
+    assert c.send(b"!") == 1            # not EAGAIN after 2 s
+    assert s.recv(100) == b"own!"
+    own.m.close()
     for x in (c, s, lst):
         x.close()
 
@@ -415,6 +437,16 @@ def test_token_ioctls_reject_bad_input(no_leak):
         with pytest.raises(OSError) as e:
             fcntl.ioctl(c, IOC_WAKE, struct.pack("I", d))
         assert e.value.errno == errno.EINVAL
+    for busy in (1, 2, 0x1003):             # a __u32 is aligned
+        with pytest.raises(OSError) as e:
+            acquire(c, TX, busy)
+        assert e.value.errno == errno.EINVAL
+    # An address that is not the caller's memory, or the kernel's: the
+    # grant stands, and the count reads as 0 (a lie hurts only the liar).
+    for busy in (0x1000, 0xFFFFFFFFFFFFF000):
+        acquire(c, TX, busy)
+        assert c.send(b"k") == 1
+    assert s.recv(10) == b"kk"
     u = SD.socket()
     with pytest.raises(OSError) as e:
         acquire(u, TX)

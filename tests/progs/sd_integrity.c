@@ -1424,6 +1424,51 @@ static int case_vfork_close(int argc, char **argv)
 	return 0;
 }
 
+/* ---- pthread_cancel of a thread blocked in recv(), then close() -------- */
+
+static void *cancel_reader(void *arg)
+{
+	uint8_t buf[100];
+
+	(void)arg;
+	vf.tid = gettid_();
+	sem_post(&vf.ready);
+	(void)recv(vf.fd, buf, sizeof(buf), 0);
+	return NULL;
+}
+
+/*
+ * A thread cancelled inside recv() never returns from it: the close()
+ * after it must still close the socket (the peer sees the end of the
+ * stream), as over TCP.
+ */
+static int case_cancel_recv(int argc, char **argv)
+{
+	pthread_t t;
+	void *ret;
+	int a, b;
+	struct chk c;
+
+	(void)argc;
+	(void)argv;
+	stage = "cancel recv";
+	pair(&a, &b);
+	vf.fd = a;
+	sem_init(&vf.ready, 0, 0);
+	t = spawn(cancel_reader, NULL);
+	sem_wait(&vf.ready);
+	wait_blocked(vf.tid);
+	pthread_cancel(t);
+	pthread_join(t, &ret);
+	say("reader: %s", ret == PTHREAD_CANCELED ? "cancelled" : "returned");
+	say("close: %s", close(a) ? errname(errno) : "OK");
+	stage = "cancel recv: the peer";
+	chk_init(&c, 1);
+	say_end("peer ", drain(b, &c, 10000));
+	close(b);
+	return 0;
+}
+
 static int case_nonblock_dup(int argc, char **argv)
 {
 	int a, b, d, fl;
@@ -1655,6 +1700,7 @@ static const struct {
 	{ "rcvlowat", "", case_rcvlowat, 30 },
 	{ "nonblock-dup", "", case_nonblock_dup, 30 },
 	{ "vfork-close", "", case_vfork_close, 30 },
+	{ "cancel-recv", "", case_cancel_recv, 30 },
 	{ "memory", "", case_memory, 60 },
 	{ "stress", "", case_stress, 120 },
 };

@@ -421,14 +421,13 @@ static void act_word(struct attack *a)
 	struct ring *g = below(r, 2) ? &a->tx : &a->rx;
 	const struct sd_ring_offset *o = &g->o;
 	uint64_t cur, v;
-	unsigned int which = below(r, 10);
+	unsigned int which = below(r, 8);
 	uint64_t field[] = { o->consumer, o->prod_pos, o->cons_pos,
-			     o->prod_flags, o->cons_flags, o->prod_busy,
-			     o->cons_busy, o->cons_off, o->prod_token,
-			     o->cons_token };
+			     o->prod_flags, o->cons_flags, o->cons_off,
+			     o->prod_token, o->cons_token };
 	unsigned char *at = g->m + field[which];
 
-	if (which >= 8)
+	if (which >= 6)
 		a->wrote_token = 1;
 
 	if (which < 3) {
@@ -488,6 +487,8 @@ static void act_word(struct attack *a)
 static void act_token(struct attack *a)
 {
 	struct rng *r = &a->r;
+	/* The attacker's busy counts: its own memory, as any owner's. */
+	static uint32_t busy[2];
 	struct sd_token tok = { 0 };
 	uint32_t dir = below(r, 2);
 
@@ -496,18 +497,14 @@ static void act_token(struct attack *a)
 		return;
 	}
 	tok.dir = below(r, 16) ? dir : (uint32_t)next(r);
+	tok.busy = below(r, 16) ? (uintptr_t)&busy[dir] : next(r);
 	if (ioctl(a->fd, SD_IOC_ACQUIRE, &tok))
 		return;
 	if (tok.dir == SD_TOKEN_TX)
 		a->pos = tok.pos;
 	/* An owner that stays busy, or leaves, or lies about busy. */
-	if (below(r, 4) == 0) {
-		uint64_t busy = tok.dir == SD_TOKEN_TX ? a->tx.o.prod_busy :
-							 a->rx.o.cons_busy;
-		struct ring *g = tok.dir == SD_TOKEN_TX ? &a->tx : &a->rx;
-
-		__atomic_fetch_add((uint32_t *)(g->m + busy), 1, __ATOMIC_SEQ_CST);
-	}
+	if (below(r, 4) == 0 && tok.dir <= SD_TOKEN_RX)
+		__atomic_fetch_add(&busy[tok.dir], 1, __ATOMIC_SEQ_CST);
 }
 
 static void act_send(struct attack *a)

@@ -69,6 +69,7 @@ struct sender {
 	unsigned char *m;
 	struct sd_ring_offset o;
 	uint32_t token;
+	uint32_t busy;		/* its busy count (the kernel reads it here) */
 	uint64_t pos;
 };
 
@@ -105,6 +106,7 @@ static void sender_open(struct sender *t, int fd)
 		    fd, SD_PGOFF_TX_RING);
 	if (t->m == MAP_FAILED)
 		fail("mmap TX ring");
+	tok.busy = (uintptr_t)&t->busy;
 	if (ioctl(fd, SD_IOC_ACQUIRE, &tok))
 		fail("SD_IOC_ACQUIRE");
 	t->token = tok.token;
@@ -124,7 +126,7 @@ static void sender_write(struct sender *t, const void *payload, uint32_t len,
 	unsigned char *at;
 	uint64_t hdr;
 
-	__atomic_store_n(u32_at(t, t->o.prod_busy), 1, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&t->busy, 1, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(u32_at(t, t->o.prod_token), __ATOMIC_SEQ_CST) !=
 	    t->token)
 		fail("lost the send token");
@@ -143,7 +145,7 @@ static void sender_write(struct sender *t, const void *payload, uint32_t len,
 	t->pos += SD_REC_SPACE(len);
 	__atomic_store_n((uint64_t *)(t->m + t->o.prod_pos), t->pos,
 			 __ATOMIC_RELEASE);
-	__atomic_store_n(u32_at(t, t->o.prod_busy), 0, __ATOMIC_SEQ_CST);
+	__atomic_store_n(&t->busy, 0, __ATOMIC_SEQ_CST);
 	if (__atomic_load_n(u32_at(t, t->o.cons_flags), __ATOMIC_SEQ_CST) &
 	    SD_RING_READER_WAIT) {
 		uint32_t dir = SD_TOKEN_TX;

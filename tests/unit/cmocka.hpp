@@ -92,8 +92,8 @@ inline GuardedRing *guarded_ring(std::size_t size, bool data_first = false)
 	r->base = r->map + pg;
 	r->off = {.consumer = size + 128, .prod_flags = size, .cons_flags = size + 136,
 		  .data = 0, .size = size, .mmap_len = size + pg,
-		  .prod_pos = size + 256, .prod_busy = size + 264,
-		  .cons_pos = size + 384, .cons_off = size + 392, .cons_busy = size + 396,
+		  .prod_pos = size + 256,
+		  .cons_pos = size + 384, .cons_off = size + 392,
 		  .prod_token = size + 512, .cons_token = size + 516, .cons_lowat = size + 520};
 	if (mprotect(r->map, pg, PROT_NONE) || mprotect(r->base + size + pg, pg, PROT_NONE))
 		return delete r, nullptr;

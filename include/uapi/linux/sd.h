@@ -326,10 +326,8 @@ struct sd_ring_offset {
 	__u64 mmap_len;		/* bytes to map */
 	/* Token handover (see "Tokens" below). */
 	__u64 prod_pos;		/* __u64 tail, written by a user producer */
-	__u64 prod_busy;	/* __u32, written by a user producer */
 	__u64 cons_pos;		/* __u64 head, written by a user consumer */
 	__u64 cons_off;		/* __u32 bytes of the record at head taken */
-	__u64 cons_busy;	/* __u32, written by a user consumer */
 	__u64 prod_token;	/* __u32 owner of the producer side (kernel) */
 	__u64 cons_token;	/* __u32 owner of the consumer side (kernel) */
 	__u64 cons_lowat;	/* __u32 the consumer's SO_RCVLOWAT (kernel) */
@@ -356,8 +354,11 @@ struct sd_mmap_offsets {
  * owner at a time: the kernel (system calls) or one process using libsd.
  * ioctl(fd, SD_IOC_ACQUIRE, &tok) with tok.dir = SD_TOKEN_TX (this end's
  * producer side) or SD_TOKEN_RX (its consumer side) makes the caller's
- * process the owner and returns the token number and the position to go
- * on from (tok.pos; tok.off: bytes already taken of the record at pos).
+ * process the owner, with the busy count at tok.busy (below), and returns
+ * the token number and the position to go on from (tok.pos; tok.off:
+ * bytes already taken of the record at pos).  It waits for a call in
+ * flight as a take-over does; a signal ends that wait with EINTR (never
+ * restarted).
  * The kernel takes the side back, without asking, whenever another
  * process acquires it, a system call needs it, or SD_IOC_RELEASE.
  *
@@ -366,8 +367,11 @@ struct sd_mmap_offsets {
  *   ours -> atomically subtract 1 and acquire again (or use the system
  *   call); ... the operation ...; store the new position (prod_pos, or
  *   cons_pos and cons_off); atomically subtract 1 (release).
- * busy is a count, never stored: every process that may think it owns
- * the side touches it, and each takes back only what it added.
+ * busy is a __u32 count in the owner's own memory, never in the ring
+ * (which the peer maps too and could write): its address is tok.busy, and
+ * the kernel reads it from the owner's address space (0: no count, the
+ * side may be taken back at any moment).  A count whose image is gone
+ * (exited, exec()ed) holds nobody.
  * The kernel, taking over: store the token word; full barrier; wait until
  * busy is 0 (or the owner is gone); read and check the position.  It
  * waits whoever asks, the owner's own threads included: a call in flight
@@ -397,6 +401,7 @@ struct sd_token {
 	__u64 pos;		/* out: the position to go on from */
 	__u32 off;		/* out: for RX, bytes taken of the record */
 	__u32 pad;		/* 0 */
+	__u64 busy;		/* in: address of the caller's __u32 busy count */
 };
 
 #define SD_IOC_ACQUIRE		_IOWR('S', 0xD1, struct sd_token)
