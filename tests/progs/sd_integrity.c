@@ -1350,25 +1350,6 @@ static int case_rcvlowat(int argc, char **argv)
 
 /* ---- 11: a vfork child closes a socket another thread is in recv() on -- */
 
-static struct {
-	int fd;
-	sem_t ready;
-	pid_t tid;
-	ssize_t n;
-	int err;
-	uint8_t buf[100];
-} vf;
-
-static void *vf_reader(void *arg)
-{
-	(void)arg;
-	vf.tid = gettid_();
-	sem_post(&vf.ready);
-	vf.n = recv(vf.fd, vf.buf, sizeof(vf.buf), 0);
-	vf.err = vf.n < 0 ? errno : 0;
-	return NULL;
-}
-
 /*
  * The child of vfork runs on its parent's memory but has its own copy of
  * the descriptor table: its close() must leave the parent's socket, and
@@ -1386,11 +1367,11 @@ static int case_vfork_close(int argc, char **argv)
 	(void)argv;
 	stage = "vfork close";
 	pair(&a, &b);
-	vf.fd = a;
-	sem_init(&vf.ready, 0, 0);
-	t = spawn(vf_reader, NULL);
-	sem_wait(&vf.ready);
-	wait_blocked(vf.tid);
+	cdr.fd = a;
+	sem_init(&cdr.ready, 0, 0);
+	t = spawn(cdr_reader, NULL);
+	sem_wait(&cdr.ready);
+	wait_blocked(cdr.tid);
 	pid = vfork();
 	if (pid < 0)
 		die("vfork");
@@ -1406,11 +1387,11 @@ static int case_vfork_close(int argc, char **argv)
 	say("peer send: %s", errname(send_all(b, buf, sizeof(buf), S_SEND)));
 	stage = "vfork close: the recv";
 	pthread_join(t, NULL);
-	if (vf.n < 0)
-		say("recv: %s", errname(vf.err));
+	if (cdr.n < 0)
+		say("recv: %s", errname(cdr.err));
 	else
-		say("recv: %zd bytes%s", vf.n, vf.n == (ssize_t)sizeof(buf) &&
-		    !memcmp(vf.buf, buf, sizeof(buf)) ? ", intact" : "");
+		say("recv: %zd bytes%s", cdr.n, cdr.n == (ssize_t)sizeof(buf) &&
+		    !memcmp(cdr.buf, buf, sizeof(buf)) ? ", intact" : "");
 	/* the parent's socket still works both ways */
 	fill(1, 0, buf, sizeof(buf));
 	say("send after: %s", errname(send_all(a, buf, sizeof(buf), S_SEND)));
@@ -1425,17 +1406,6 @@ static int case_vfork_close(int argc, char **argv)
 }
 
 /* ---- pthread_cancel of a thread blocked in recv(), then close() -------- */
-
-static void *cancel_reader(void *arg)
-{
-	uint8_t buf[100];
-
-	(void)arg;
-	vf.tid = gettid_();
-	sem_post(&vf.ready);
-	(void)recv(vf.fd, buf, sizeof(buf), 0);
-	return NULL;
-}
 
 /*
  * A thread cancelled inside recv() never returns from it: the close()
@@ -1453,11 +1423,11 @@ static int case_cancel_recv(int argc, char **argv)
 	(void)argv;
 	stage = "cancel recv";
 	pair(&a, &b);
-	vf.fd = a;
-	sem_init(&vf.ready, 0, 0);
-	t = spawn(cancel_reader, NULL);
-	sem_wait(&vf.ready);
-	wait_blocked(vf.tid);
+	cdr.fd = a;
+	sem_init(&cdr.ready, 0, 0);
+	t = spawn(cdr_reader, NULL);
+	sem_wait(&cdr.ready);
+	wait_blocked(cdr.tid);
 	pthread_cancel(t);
 	pthread_join(t, &ret);
 	say("reader: %s", ret == PTHREAD_CANCELED ? "cancelled" : "returned");
