@@ -321,8 +321,9 @@ bool vfork_child()
 void leave(Conn *c, Side &s)
 {
 	s.calls.fetch_sub(1, std::memory_order_seq_cst);
-	if (!in_flight(c) && (c->defer_fd.load(std::memory_order_seq_cst) >= 0 ||
-			      !c->still(c->fd)))
+	// Nothing to carry out (the common case) costs two loads.
+	if ((c->defer_fd.load(std::memory_order_seq_cst) >= 0 || !c->still(c->fd)) &&
+	    !in_flight(c))
 		finish_close(c);
 }
 
@@ -335,6 +336,7 @@ struct Held {
 	Side *s;
 };
 thread_local Held held __attribute__((tls_model("initial-exec")));
+thread_local bool held_keyed __attribute__((tls_model("initial-exec")));
 pthread_key_t held_key;
 pthread_once_t held_once = PTHREAD_ONCE_INIT;
 
@@ -367,9 +369,9 @@ public:
 		held = {c, &s};
 		// Once per thread: the key's value only has to be non-null for
 		// its destructor to run at the thread's exit.
-		if (!pthread_getspecific(held_key)) [[unlikely]] {
+		if (!held_keyed) [[unlikely]] {
 			pthread_once(&held_once, held_key_init);
-			(void)pthread_setspecific(held_key, &held);
+			held_keyed = !pthread_setspecific(held_key, &held);
 		}
 	}
 	~CallRef()
@@ -457,7 +459,7 @@ std::uint32_t acquire(Conn *c, Side &s, bool prod)
 // while glibc's __libc_single_threaded says there is one thread: a thread
 // made by a raw clone() leaves it set.  Uncontended, it costs an atomic
 // exchange each way.
-bool lock_side(Side &s)
+void lock_side(Side &s)
 {
 	if (pthread_mutex_trylock(&s.lock)) {
 		// Another thread's call holds it, maybe for a long sleep for
@@ -466,13 +468,11 @@ bool lock_side(Side &s)
 		sig::Open open;
 		pthread_mutex_lock(&s.lock);
 	}
-	return true;
 }
 
-void unlock_side(Side &s, bool locked)
+void unlock_side(Side &s)
 {
-	if (locked)
-		pthread_mutex_unlock(&s.lock);
+	pthread_mutex_unlock(&s.lock);
 }
 
 // Start a call as the owner (lib/token.hpp).
@@ -783,9 +783,9 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	Side &s = c->tx;
 	CallRef ref(c, s);
 
-	const bool locked = lock_side(s);
+	lock_side(s);
 	if (!c->still(fd) || !begin(c, s, true)) {
-		unlock_side(s, locked);
+		unlock_side(s);
 		return kernel_path(fd, true, kernel, result);
 	}
 	// The connection ended or was reset, or this end shut down writing:
@@ -793,7 +793,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	if ((__atomic_load_n(s.prod_flags, __ATOMIC_ACQUIRE) & (SD_RING_FIN | SD_RING_RESET)) ||
 	    (__atomic_load_n(s.cons_flags, __ATOMIC_ACQUIRE) & (SD_RING_CLOSED | SD_RING_RESET))) {
 		end(s);
-		unlock_side(s, locked);
+		unlock_side(s);
 		return kernel_path(fd, true, kernel, result);
 	}
 	sd::Producer &p = s.producer();
@@ -824,7 +824,7 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 			n = send_rest(fd, c, s, iov, iovcnt, flags, want, done, stop);
 	}
 	end(s);
-	unlock_side(s, locked);
+	unlock_side(s);
 	if (send_result(fd, done, n, stop, result))
 		return true;
 	return kernel_path(fd, true, kernel, result);
@@ -941,9 +941,9 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		return nb != 0;
 	};
 
-	const bool locked = lock_side(s);
+	lock_side(s);
 	if (!c->still(fd) || !begin(c, s, false)) {
-		unlock_side(s, locked);
+		unlock_side(s);
 		return kernel_path(fd, false, kernel, result);
 	}
 	sd::Consumer &q = s.consumer();
@@ -955,7 +955,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		const ssize_t have = q.readable();
 		if (have >= 0 && static_cast<size_t>(have) < std::min<size_t>(lowat, want)) {
 			end(s);
-			unlock_side(s, locked);
+			unlock_side(s);
 			return kernel_path(fd, false, kernel, result);
 		}
 	}
@@ -1036,7 +1036,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		sd_rdma_received(fd);
 	spinning.stop();
 	if (!owned) {
-		unlock_side(s, locked);
+		unlock_side(s);
 		return kernel_path(fd, false, kernel, result);	/* the side is the kernel's */
 	}
 	// Where the kernel goes on from if it takes the side back.  Even a
@@ -1051,7 +1051,7 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	if (c->async.load(std::memory_order_relaxed))
 		__atomic_fetch_or(s.cons_flags, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
 	end(s);
-	unlock_side(s, locked);
+	unlock_side(s);
 
 	if (werr && n == -EAGAIN) {
 		*result = -1;

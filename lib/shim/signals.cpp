@@ -381,9 +381,9 @@ int do_sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
 	return 0;
 }
 
-// glibc's signal() (BSD semantics): sig itself masked, SA_RESTART unless
-// siginterrupt() said otherwise.
-sighandler_t bsd(int sig, sighandler_t handler) noexcept
+// signal() and sysv_signal(): handler with flags, sig itself masked or
+// not; the handler before it, or SIG_ERR.
+sighandler_t set_handler(int sig, sighandler_t handler, int flags, bool mask_self) noexcept
 {
 	if (handler == SIG_ERR || sig < 1 || sig >= NSIGS) {
 		errno = EINVAL;
@@ -393,28 +393,29 @@ sighandler_t bsd(int sig, sighandler_t handler) noexcept
 	std::memset(&act, 0, sizeof(act));
 	act.sa_handler = handler;
 	sigemptyset(&act.sa_mask);
-	sigaddset(&act.sa_mask, sig);
-	act.sa_flags = interrupting.load(std::memory_order_relaxed) & bit(sig) ? 0 : SA_RESTART;
+	if (mask_self)
+		sigaddset(&act.sa_mask, sig);
+	act.sa_flags = flags;
 	if (do_sigaction(sig, &act, &old) < 0)
 		return SIG_ERR;
 	return old.sa_handler;
 }
 
+// glibc's signal() (BSD semantics): sig itself masked, SA_RESTART unless
+// siginterrupt() said otherwise.
+sighandler_t bsd(int sig, sighandler_t handler) noexcept
+{
+	const bool intr = sig >= 1 && sig < NSIGS &&
+			  (interrupting.load(std::memory_order_relaxed) & bit(sig));
+	return set_handler(sig, handler, intr ? 0 : SA_RESTART, true);
+}
+
 // glibc's sysv_signal(): one shot, not masked, not restarted.
 sighandler_t sysv(int sig, sighandler_t handler) noexcept
 {
-	if (handler == SIG_ERR || sig < 1 || sig >= NSIGS) {
-		errno = EINVAL;
-		return SIG_ERR;
-	}
-	struct sigaction act, old;
-	std::memset(&act, 0, sizeof(act));
-	act.sa_handler = handler;
-	sigemptyset(&act.sa_mask);
-	act.sa_flags = static_cast<int>(SA_RESETHAND | SA_NODEFER | SA_INTERRUPT) & ~SA_RESTART;
-	if (do_sigaction(sig, &act, &old) < 0)
-		return SIG_ERR;
-	return old.sa_handler;
+	return set_handler(sig, handler,
+			   static_cast<int>(SA_RESETHAND | SA_NODEFER | SA_INTERRUPT) & ~SA_RESTART,
+			   false);
 }
 
 // In the fork child: the parent's deferred signals are not the child's
