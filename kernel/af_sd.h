@@ -199,6 +199,16 @@ struct sd_sock {
 	bool			rdma_async;
 	bool			v6only;		/* bound :: takes no IPv4 */
 	bool			rdma_offer;	/* SD_RDMA_OFFER */
+	/*
+	 * A local connect waits for backlog room with the socket lock let
+	 * go (sd_conn_establish()): the socket stays TCP_SYN_SENT and
+	 * SS_CONNECTING until that call itself leaves, so that no other
+	 * call can make it a listener or start another connect meanwhile;
+	 * sd_shutdown() only asks it to stop (connect_abort).  Both under
+	 * the socket lock.
+	 */
+	bool			connect_waits;
+	bool			connect_abort;
 	u8			side;		/* index in conn->end[] */
 	/* SD_RDMA_LOCAL before connect (socket lock); freed with it. */
 	struct sd_rdma_half	*rdma_half;

@@ -1085,15 +1085,16 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 		 */
 		if (!waited) {
 			waited = true;
+			ss->connect_waits = true;
 			sd_set_state(sk, TCP_SYN_SENT);
 			sk->sk_socket->state = SS_CONNECTING;
 		}
 		release_sock(sk);
 		*timeo = wait_woken(&wait, TASK_INTERRUPTIBLE, *timeo);
 		lock_sock(sk);
-		if (sk->sk_state != TCP_SYN_SENT) {
+		if (ss->connect_abort) {
 			/* sd_shutdown() aborted it meanwhile. */
-			err = sock_error(sk) ? : -ECONNABORTED;
+			err = sock_error(sk) ? : -ECONNRESET;
 			break;
 		}
 		err = -EAGAIN;
@@ -1101,9 +1102,13 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	remove_wait_queue(&sn->backlog_wait, &wait);
 	if (waited) {
 		/*
-		 * The caller says connected, or not, and wakes the calls
-		 * that wait for this connect's end (sd_connect_wait()).
+		 * Only this call moves the socket out of SYN_SENT (see
+		 * connect_waits).  The caller says connected, or not, and
+		 * wakes the calls that wait for this connect's end
+		 * (sd_connect_wait()).
 		 */
+		ss->connect_waits = false;
+		ss->connect_abort = false;
 		sd_set_state(sk, TCP_CLOSE);
 		sk->sk_socket->state = SS_UNCONNECTED;
 		if (err)

@@ -554,14 +554,15 @@ int sd_shutdown(struct socket *sock, int how)
 			return err > 0 ? tcp->ops->shutdown(tcp, how - 1) : err;
 		}
 	}
-	if (sk->sk_state == TCP_SYN_SENT) {
+	if (ss->connect_waits) {
 		/*
 		 * Another thread's connect waits for backlog room
 		 * (sd_conn_establish()): abort it, as TCP's shutdown of a
-		 * SYN_SENT socket does.
+		 * SYN_SENT socket does.  That call ends the connect itself:
+		 * until it has, the socket stays connecting for every other.
 		 */
 		WRITE_ONCE(sk->sk_err, ECONNRESET);
-		sd_set_state(sk, TCP_CLOSE);
+		ss->connect_abort = true;
 		wake_up_interruptible_all(&sd_net(sock_net(sk))->backlog_wait);
 		release_sock(sk);
 		return 0;

@@ -95,7 +95,8 @@ static int sd_release(struct socket *sock)
 	ss = sd_sk(sk);
 
 	lock_sock(sk);
-	if (sk->sk_state == TCP_LISTEN) {
+	/* A member of a listening group leaves it, whatever its state. */
+	if (sk->sk_state == TCP_LISTEN || ss->group) {
 		sd_listen_stop(sk);
 	} else if (ss->conn) {
 		/*

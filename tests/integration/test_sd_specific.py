@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import protocol_sockets, wait_for
+from conftest import SDCTL, protocol_sockets, sd_stats, wait_for
 from sdsock import (SD_MMAP_OFFSETS, SD_REUSEPORT, SOL_SD, Family, errname,
                     sockname)
 
@@ -148,6 +148,54 @@ def test_connect_timeout_on_full_backlog(no_leak):
     assert SD.connect(c, "127.0.0.1", port) == "EAGAIN"
     assert time.monotonic() - t0 >= 0.15
     for s in first + [c, lst]:
+        s.close()
+
+
+def test_aborted_waiting_connect_stays_connecting_until_it_ends(no_leak):
+    """shutdown() aborts a connect that waits for backlog room; until that
+    call has left, the socket stays connecting for every other thread (a
+    connect waits for it, listen is EINVAL), so that the leaving call
+    cannot undo what another thread made of the socket meanwhile.  Once it
+    has left, the socket may listen, and then it listens for real (the
+    fuzzer found a listener that the aborted call had turned back to
+    closed: it was freed while still in its group)."""
+    lst, port = SD.listener(backlog=0)
+    first = connect_n(port, 1)
+    for _ in range(100):
+        c = SD.socket()
+        res = []
+        full = sd_stats()["backlog_full"]
+        th = threading.Thread(
+            target=lambda: res.append(SD.connect(c, "127.0.0.1", port)))
+        th.start()
+        # The connect met the full backlog, so it waits (SYN_SENT, set
+        # under the socket lock that shutdown takes) when it is aborted.
+        assert wait_for(lambda: sd_stats()["backlog_full"] > full, 30)
+        c.shutdown(socket.SHUT_RDWR)
+        # Another thread's connect and listen, racing the aborted call
+        # (non-blocking: the backlog is still full).
+        c.setblocking(False)
+        again = SD.connect(c, "127.0.0.1", port)
+        c.setblocking(True)
+        try:
+            c.listen(4)
+            listened = True
+        except OSError as e:
+            assert e.errno == errno.EINVAL, e
+            listened = False
+        th.join(10)
+        assert not th.is_alive()
+        assert res == ["ECONNRESET"], res
+        # Still connecting, or a new connect that found the backlog full.
+        assert again in ("EALREADY", "EAGAIN"), again
+        if listened:
+            assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN) == 1
+        c.close()
+    # The listeners' table is intact: sdctl lists them.
+    out = subprocess.run([SDCTL, "listeners"], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0, out.stderr
+    for s in first + [lst]:
         s.close()
 
 
