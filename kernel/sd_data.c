@@ -233,6 +233,11 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 		err = -EPIPE;
 		if ((sk->sk_shutdown & SEND_SHUTDOWN) || !ss->conn)
 			break;
+		/* As TCP: nothing to send sends nothing, to a peer gone too. */
+		err = 0;
+		if (!len)
+			break;
+		err = -EPIPE;
 		if (READ_ONCE(ss->conn->gone[!ss->side])) {
 			/* TCP takes these bytes, then the RST arrives. */
 			sd_conn_peer_gone(sk);

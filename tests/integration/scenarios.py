@@ -648,6 +648,35 @@ def close_then_peer_sends(t, f):
 
 
 @scenario
+def empty_sends_after_peer_close(t, f):
+    """A zero-length send is TCP's no-op while the peer is gone, until the
+    reset (which the first real send brings) is seen: CPython's
+    socket.create_connection() test does sendall(b'') to a client that
+    already left."""
+    hits = []
+    signal.signal(signal.SIGPIPE, lambda *a: hits.append(1))
+    c, s, _ = f.pair()
+    t.call("empty send connected", c.send, b"")
+    c.close()
+    time.sleep(SETTLE)
+    t.call("recv EOF", s.recv, 10)
+    t.call("empty send", s.send, b"")
+    t.call("sendall empty", s.sendall, b"")
+    t.call("empty sendmsg", s.sendmsg, [b"", b""])
+    t.log("SIGPIPE before", len(hits))
+    t.call("send 1", s.send, b"x")
+    time.sleep(SETTLE)
+    t.call("empty send after reset", s.send, b"")
+    t.log("SIGPIPE after reset", len(hits))
+    t.call("send 2", s.send, b"x")
+    t.call("empty send after EPIPE", s.send, b"")
+    t.log("SIGPIPE at the end", len(hits))
+    t.call("recv at the end", s.recv, 10)
+    u = f.socket()
+    t.call("empty send unconnected", u.send, b"")
+
+
+@scenario
 def sigpipe(t, f):
     hits = []
     signal.signal(signal.SIGPIPE, lambda *a: hits.append(1))
