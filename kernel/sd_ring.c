@@ -450,7 +450,7 @@ static int sd_ring_count(struct sd_ring *ring, size_t enough, size_t *bytes)
 	if (pos - credit > ring->size)
 		credit = pos;
 	while (walked < ring->size) {
-		u32 rlen, rflags;
+		u32 rlen, rflags, n;
 		int ret = sd_rec_get(ring, pos, credit, &rlen, &rflags);
 
 		if (ret < 0)
@@ -458,10 +458,11 @@ static int sd_ring_count(struct sd_ring *ring, size_t enough, size_t *bytes)
 		if (!ret)
 			break;
 		if (!(rflags & SD_REC_PAD)) {
-			ret = sd_rec_bytes(ring, pos, rlen, rflags, &rlen);
+			/* A zero-copy record stands for more than it takes. */
+			ret = sd_rec_bytes(ring, pos, rlen, rflags, &n);
 			if (ret)
 				return ret;
-			total += rlen - min(roff, rlen);
+			total += n - min(roff, n);
 			roff = 0;
 			if (total >= enough)
 				break;

@@ -41,6 +41,7 @@ SCENARIOS = {
     "recv-unaligned": "unaligned",
     "partial": "copied",
     "mixed": "any",
+    "fionread": "aligned",
     "iov": "any",
     "receiver-exits": "aligned",
     "receiver-killed": "aligned",

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1437,6 +1438,35 @@ static uint64_t sc_mixed(void)
 }
 
 /*
+ * fionread: large messages (zero-copy records under sdrun, each standing
+ * for more stream bytes than it takes in the ring) between small ones,
+ * all sent before the end of the stream: once that is seen, FIONREAD
+ * counts every byte, then they are received and checked.
+ */
+static uint64_t rx_fionread(int fd, const struct sched *s)
+{
+	int n = -1;
+
+	wait_fd(fd, POLLRDHUP, "fionread");
+	if (ioctl(fd, FIONREAD, &n))
+		die("FIONREAD");
+	if ((uint64_t)n != s->total)
+		fail("FIONREAD says %d bytes, %llu were sent", n,
+		     (unsigned long long)s->total);
+	return rx_reuse(fd, s);
+}
+
+static uint64_t sc_fionread(void)
+{
+	static const size_t sizes[] = { 20 * KiB, 100, 20 * KiB, 100, 7 };
+	struct sched s = { 0 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(sizes); i++)
+		sched_add(&s, sizes[i], (uint32_t)i + 1);
+	return run_procs(tx_plain, rx_fionread, &s);
+}
+
+/*
  * iov: writev and sendmsg with several large iovecs (one buffer twice in
  * one call, too), every buffer scribbled over as soon as the call is
  * done; readv and recvmsg into iovecs aligned and not.
@@ -2000,6 +2030,7 @@ static const struct {
 	{ "recv-unaligned", sc_recv_unaligned },
 	{ "partial", sc_partial },
 	{ "mixed", sc_mixed },
+	{ "fionread", sc_fionread },
 	{ "iov", sc_iov },
 	{ "receiver-exits", sc_receiver_exits },
 	{ "receiver-killed", sc_receiver_killed },
