@@ -36,7 +36,7 @@ user: $(USER_BUILD)/CMakeCache.txt
 	cmake --build $(USER_BUILD) -j$(shell nproc)
 
 demo: all
-	tests/vm/run -- tests/demo.sh
+	tests/vm/run -- tests/demo.py
 
 check:
 	scripts/check
