@@ -330,9 +330,9 @@ def live_connections(tmp):
               f"the redirected server took {d['fallback_tcp_client']} plain "
               f"TCP clients (fallback_tcp_client), expected at least "
               f"{3 + probes - probed}")
-        say(f"  checked: the plain TCP client got its answer; the redirected "
-            f"server counted\n  {d['fallback_tcp_client']} plain TCP clients "
-            f"(fallback_tcp_client: these, the INFO polls, a probe)")
+        say(f"  checked: both clients got their answers; fallback_tcp_client "
+            f"+{d['fallback_tcp_client']} (the plain\n  redis-cli runs, and "
+            f"the demo's own readiness probe and INFO polls)")
 
         heading("3. A rule denies AF_SD connects to the server's port, "
                 "then goes")
@@ -367,6 +367,7 @@ def live_connections(tmp):
               f"{(out.stdout + out.stderr).strip()!r}")
         check(not json.loads(sdctl("--json", "rules")),
               "the demo's rule is still there")
+        say("  checked: with the rule gone the connect is allowed again")
 
 
 DESCR = {
