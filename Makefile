@@ -1,8 +1,11 @@
 # AF_SD: top-level build.  See README.md and Documentation/testing.rst.
 #
 #   make                  module and user space (libsd, sdrun, sdctl, tests)
-#   make demo             the main job: boot the test VM, load the module,
-#                         create and close AF_SD sockets, print what happened
+#   make demo             the main job: boot the test VM, load the module, run
+#                         redis-benchmark/redis-server and sockperf over TCP
+#                         and under sdrun (AF_SD), print a table (guest
+#                         figures), sdctl sockets/stats, a TCP client's
+#                         fallback and a deny rule; fails if a check fails
 #   make check            every test (style, unit, host, VM), one summary line
 #   make check-debug      the VM suite on the debug kernel (KASAN, lockdep,
 #                         kmemleak, ...), built once into a cache outside
