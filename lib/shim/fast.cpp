@@ -306,16 +306,12 @@ void undefer(int fd)
 	pthread_mutex_unlock(&spare_lock);
 }
 
-// This process's id, to tell a child of vfork (which runs on its parent's
-// memory and runs no fork handlers) from the process itself.
-std::atomic<pid_t> my_pid{0};
-
 // Whether this is a child of vfork: it shares the parent's memory, so a
 // close or dup2 there must leave the parent's state alone (one getpid
 // system call, on the close of an AF_SD socket only).
 bool vfork_child()
 {
-	return getpid() != my_pid.load(std::memory_order_relaxed);
+	return sig::in_vfork_child();
 }
 
 void leave(Conn *c, Side &s)
@@ -1126,7 +1122,6 @@ void after_fork_child()
 		c->rx.tok.lost();
 		c->shared.store(true, std::memory_order_relaxed);
 	}
-	my_pid.store(getpid(), std::memory_order_relaxed);
 	// The spares' locks too: a thread of the parent may have held one.
 	pthread_mutex_init(&spare_lock, nullptr);
 	// A close that waited for a call of the parent's: no call of the
@@ -1178,7 +1173,6 @@ void read_spin()
 	const int saved = errno;
 
 	read_spin();
-	my_pid.store(getpid(), std::memory_order_relaxed);
 	errno = saved;
 	pthread_atfork(nullptr, after_fork_parent_all, after_fork_child);
 }

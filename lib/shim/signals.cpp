@@ -340,6 +340,18 @@ int do_sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
 {
 	if (!wrapped(sig))
 		return real::sigaction()(sig, act, oldact);
+	// A child of vfork runs on its parent's memory: the table is the
+	// parent's, and CPython's subprocess resets every handler there
+	// before exec.  The child's changes go to the kernel only, where
+	// they are its own; what it is told it had is the parent's view.
+	if (in_vfork_child()) {
+		struct sigaction k;
+		if (real::sigaction()(sig, act, &k) != 0)
+			return -1;
+		if (oldact)
+			report(sig, k, oldact);
+		return 0;
+	}
 
 	Blocked b;
 	Writing w;
@@ -418,11 +430,16 @@ sighandler_t sysv(int sig, sighandler_t handler) noexcept
 			   false);
 }
 
+// This process's id, set at load and in every fork child: a vfork child
+// runs no fork handlers, so its getpid() differs.
+std::atomic<pid_t> own_pid{0};
+
 // In the fork child: the parent's deferred signals are not the child's
 // (the kernel gives a child none of its parent's pending signals), and a
 // lock or a write another thread held is nobody's now.
 void forked() noexcept
 {
+	own_pid.store(getpid(), std::memory_order_relaxed);
 	if (Queue *q = queue_of_thread) {
 		q->standard = 0;
 		q->rt_head = q->rt_count = 0;
@@ -438,11 +455,19 @@ void forked() noexcept
 
 __attribute__((constructor)) void signals_init()
 {
+	own_pid.store(getpid(), std::memory_order_relaxed);
 	queue_key_made = pthread_key_create(&queue_key, drop_queue) == 0;
 	pthread_atfork(nullptr, nullptr, forked);
 }
 
 } // namespace
+
+bool in_vfork_child() noexcept
+{
+	const pid_t me = own_pid.load(std::memory_order_relaxed);
+
+	return me && getpid() != me;
+}
 
 bool wrapped(int sig) noexcept
 {

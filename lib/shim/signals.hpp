@@ -182,4 +182,9 @@ template <typename R, typename Hook> bool ask(R &r, Restart how, Hook &&hook) no
 // before its handler ran), SIGKILL and SIGSTOP, and glibc's own (32, 33).
 bool wrapped(int sig) noexcept;
 
+// Whether the caller is a child of vfork, running on its parent's memory
+// (and having run no fork handlers) until it execs or exits: the shim's
+// state there is the parent's and must stay as it is.  One getpid().
+bool in_vfork_child() noexcept;
+
 } // namespace sd::shim::sig

@@ -5,7 +5,8 @@ sigaction, signal, sysv_signal, sigset and siginterrupt and read back;
 signals that interrupt blocking recv, poll, epoll_wait and send on
 loopback TCP (with and without SA_RESTART, with SO_RCVTIMEO); a handler
 that sends while its thread is inside a large send; a handler that
-longjmps out of a recv.  Each prints a transcript that must be the same
+longjmps out of a recv; a vfork child that resets every handler
+before exec, as CPython's subprocess does on its parent's memory.  Each prints a transcript that must be the same
 plainly and under sdrun with net.sd.redirect=1 (the sockets are then
 AF_SD and the fast path runs the interrupted calls).
 
@@ -21,7 +22,7 @@ from test_shim import run
 
 SCENARIOS = ["actions", "recv_eintr", "recv_siginfo_eintr", "recv_restart",
              "recv_timeout_eintr", "poll_eintr", "epoll_eintr", "send_eintr",
-             "handler_sends", "longjmp"]
+             "handler_sends", "longjmp", "vfork_reset"]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -22,6 +22,7 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -366,6 +367,66 @@ static void longjmp_out(void)
 	printf("this thread recv: %ld\n", r);
 }
 
+// A child of vfork resets every handler before it execs (CPython's
+// subprocess does, on its parent's memory): the parent's SIGCHLD handler,
+// which writes to a pipe as Python's set_wakeup_fd, still runs when the
+// child exits, and reads back as the parent's.
+static int wake_w = -1;
+
+static void on_child(int sig)
+{
+	char c = (char)sig;
+
+	handled++;
+	if (write(wake_w, &c, 1) < 0)
+		handled += 100;
+}
+
+static void vfork_reset(void)
+{
+	struct sigaction sa;
+	int p[2], status;
+
+	if (pipe(p))
+		die("pipe");
+	wake_w = p[1];
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_child;
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	if (sigaction(SIGCHLD, &sa, NULL))
+		die("sigaction");
+	pid_t pid = vfork();
+	if (pid < 0)
+		die("vfork");
+	if (pid == 0) {
+		struct sigaction dfl;
+
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		for (int sig = 1; sig < NSIG; sig++) {
+			struct sigaction cur;
+
+			if (sigaction(sig, NULL, &cur) == 0 &&
+			    cur.sa_handler != SIG_DFL && cur.sa_handler != SIG_IGN)
+				sigaction(sig, &dfl, NULL);
+		}
+		execl("/bin/true", "true", (char *)NULL);
+		_exit(127);
+	}
+	struct pollfd pf = { .fd = p[0], .events = POLLIN };
+	int n;
+
+	do
+		n = poll(&pf, 1, BACKSTOP_MS * 10);
+	while (n < 0 && errno == EINTR);
+	printf("wakeup pipe readable: %s\n", n == 1 ? "yes" : "no");
+	if (waitpid(pid, &status, 0) != pid)
+		die("waitpid");
+	printf("child exit %d, handled %d\n", WEXITSTATUS(status), handled);
+	print_action("SIGCHLD after", SIGCHLD, on_child);
+}
+
 int main(int argc, char **argv)
 {
 	const char *s = argc > 1 ? argv[1] : "";
@@ -391,6 +452,8 @@ int main(int argc, char **argv)
 		handler_sends();
 	else if (!strcmp(s, "longjmp"))
 		longjmp_out();
+	else if (!strcmp(s, "vfork_reset"))
+		vfork_reset();
 	else {
 		fprintf(stderr, "usage: sd_signals SCENARIO\n");
 		return 2;
