@@ -64,7 +64,6 @@ import resource
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 import xml.etree.ElementTree as ET
 
@@ -78,7 +77,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 TORNADO_JSON = str(TOP / "tests" / "conformance" / "tornado_json.py")
 PY311 = "/usr/bin/python3.11"
 PY3 = "/usr/bin/python3"
-JOB_TIMEOUT = 300
+JOB_TIMEOUT = 240
 MODES = ("tcp", "sd")
 
 # ---- what cannot apply, and what differs on purpose ------------------------
@@ -127,7 +126,7 @@ KNOWN_DIFFERENCES = {
 def _cpython(module, extra=()):
     return dict(
         suite="cpython", name=module, kind="junit",
-        argv=[PY311, "-m", "test", "-u", "network", "--timeout", "200",
+        argv=[PY311, "-m", "test", "-v", "-u", "network", "--timeout", "200",
               "-i", "*VSOCK*", *extra, "--junit-xml", "{out}", module])
 
 
@@ -268,6 +267,24 @@ def parse_junit(path):
     return out
 
 
+VERBOSE = re.compile(r"^(\w+) \((?:test\.)?([\w.]+)\)(?:\n(?!\w+ \().*)?"
+                     r" \.\.\. ?(ok|FAIL|ERROR|skipped|expected failure|"
+                     r"unexpected success)?", re.M)
+
+
+def parse_verbose(text):
+    """regrtest -v's lines, when a run left no JUnit XML (killed by its
+    --timeout): {id: [status, text]}; the test that never ended fails."""
+    out = {}
+    for m in VERBOSE.finditer(text):
+        st = {"ok": "pass", "skipped": "skip", "expected failure": "skip",
+              None: "fail"}.get(m.group(3), "fail")
+        out[m.group(2)] = [st, "" if st != "fail" else
+                           "hung: " + text[-3000:] if m.group(3) is None
+                           else text[m.start():m.start() + 3000]]
+    return out
+
+
 TAP = re.compile(r"^\s*(not ok|ok) \d+ (?:- )?(.*?)(?:\s+#\s*(SKIP).*)?$")
 
 
@@ -294,25 +311,29 @@ def run_job(job, mode, idx, workdir):
         _ns(ns, "ip link set lo up",
             f"echo {1 if mode == 'sd' else 0} > /proc/sys/net/sd/redirect",
             *job.get("setup", []))
-        wd = pathlib.Path(workdir) / f"{idx}"
+        wd = pathlib.Path(workdir) / re.sub(
+            r"[^\w.-]+", "_", f"{job['suite']}-{job['name']}-{mode}")
         wd.mkdir()
+        log = wd / "output"
         out = wd / "results"
         argv = [a.replace("{out}", str(out)) for a in job["argv"]]
         if mode == "sd":
             argv = [SDRUN] + argv
         before = sd_stats(ns)
         start = time.monotonic()
-        proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv], cwd=wd,
-                                stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True,
-                                errors="replace", preexec_fn=_raise_nofile)
+        with open(log, "w") as f:
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, *argv],
+                                    cwd=wd, stdout=f, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL,
+                                    preexec_fn=_raise_nofile)
         try:
-            text, _ = proc.communicate(timeout=JOB_TIMEOUT)
+            proc.wait(timeout=JOB_TIMEOUT)
             timed_out = False
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            text, _ = proc.communicate()
+            proc.wait()
             timed_out = True
+        text = log.read_text(errors="replace")
         took = time.monotonic() - start
         after = sd_stats(ns)
         stats = {k: after[k] - before.get(k, 0) for k in after}
@@ -327,6 +348,8 @@ def run_job(job, mode, idx, workdir):
                         json.loads(out.read_text())
                 except (ET.ParseError, json.JSONDecodeError) as e:
                     text += f"\n[conformance: results unreadable: {e}]"
+            elif job["kind"] == "junit":
+                res = parse_verbose(text)
             # The run as a whole: its exit status (a crash, a hang, a
             # test that logged under Tornado's runner).
             res[f"{job['name']} (the run)"] = [
@@ -343,9 +366,13 @@ def run_job(job, mode, idx, workdir):
 class Lane:
     """Runs the selected suites' jobs, both modes, two at a time."""
 
-    def __init__(self, suites):
+    def __init__(self, suites, say=print):
         self.runs = {}          # (suite, job name, mode) -> run dict
-        self.workdir = tempfile.mkdtemp(prefix="conformance.")
+        # Under the tree, so that the host sees each run's output as it
+        # goes (and after): build/conformance/SUITE-JOB-MODE/output.
+        self.workdir = TOP / "build" / "conformance"
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        self.workdir.mkdir(parents=True)
         self.start = time.monotonic()
         jobs = [j for s in suites for j in SUITES[s] if _selected(j)]
         # The longest first, so that the two workers end together.
@@ -358,9 +385,12 @@ class Lane:
                     for i, (j, m) in enumerate(work)}
             for f in concurrent.futures.as_completed(futs):
                 j, m = futs[f]
-                self.runs[(j["suite"], j["name"], m)] = f.result()
+                r = self.runs[(j["suite"], j["name"], m)] = f.result()
+                n = sum(1 for v in r["results"].values() if v[0] == "pass")
+                say(f"conformance: {time.monotonic() - self.start:4.0f} s "
+                    f"{j['suite']}/{j['name']} [{m}]: rc {r['rc']}, "
+                    f"{n}/{len(r['results'])} passed, {r['took']:.0f} s")
         self.took = time.monotonic() - self.start
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -379,8 +409,16 @@ def lane(request):
             need.append(str(BIN / "tcp_mmap"))
     if need:
         pytest.fail(f"missing: {need} (make user; scripts/install-deps)")
-    lane = Lane(sorted(wanted))
-    print(f"\nconformance: {len(lane.runs)} runs in {lane.took:.0f} s")
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(line):
+        # Progress on the console, past pytest's capture.
+        with capman.global_and_fixture_disabled():
+            print(line, flush=True)
+
+    say("")
+    lane = Lane(sorted(wanted), say)
+    say(f"conformance: {len(lane.runs)} runs in {lane.took:.0f} s")
     return lane
 
 
