@@ -37,7 +37,6 @@ $(USER_BUILD)/CMakeCache.txt:
 
 user: $(USER_BUILD)/CMakeCache.txt
 	cmake --build $(USER_BUILD) -j$(shell nproc)
-	tests/conformance/build-selftests
 
 demo: all
 	tests/vm/run -- tests/demo.py

@@ -29,7 +29,7 @@ The suites:
     The Linux kernel's socket selftests that use TCP
     (``tools/testing/selftests/net`` of Debian's ``linux-source-6.1``,
     extracted and compiled by ``tests/conformance/build-selftests``, which
-    ``make user`` runs), each a test.  Some also test UDP (and DCCP, which
+    ``scripts/check conformance`` runs), each a test.  Some also test UDP (and DCCP, which
     the guest has not): SELFTESTS says which parts are TCP; the
     comparison is the same for all, same result on TCP and under sdrun.
 
@@ -411,7 +411,7 @@ def lane(request):
         if not (BIN / "tcp_mmap").exists():
             need.append(str(BIN / "tcp_mmap"))
     if need:
-        pytest.fail(f"missing: {need} (make user; scripts/install-deps)")
+        pytest.fail(f"missing: {need} (tests/conformance/build-selftests; scripts/install-deps)")
     capman = request.config.pluginmanager.getplugin("capturemanager")
 
     def say(line):
