@@ -192,6 +192,29 @@ static int sd_wait_async_connect(struct sock *sk, long *timeo)
 	return err ? : sd_tcp_sock(sk) ? 1 : 0;
 }
 
+/*
+ * sendto(MSG_FASTOPEN): as TCP's (tcp_sendmsg_fastopen()), connect to the
+ * address, then send; on a connected socket the connect's own error
+ * (EISCONN).  There is no handshake to carry the bytes, so they follow
+ * the connect as a plain send would.  Returns 0 to send on this socket,
+ * 1 when the connect fell back to TCP (the TCP socket sends), or an error.
+ */
+static int sd_fastopen_connect(struct socket *sock, struct msghdr *msg)
+{
+	struct sockaddr *addr = msg->msg_name;
+	int err;
+
+	if (!addr || msg->msg_namelen < (int)sizeof(addr->sa_family))
+		return -EINVAL;
+	if (addr->sa_family == AF_UNSPEC)
+		return -EOPNOTSUPP;
+	err = sd_connect(sock, addr, msg->msg_namelen,
+			 msg->msg_flags & MSG_DONTWAIT ? O_NONBLOCK : 0);
+	if (err)
+		return err;
+	return sd_tcp_sock(sock->sk) ? 1 : 0;
+}
+
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
@@ -208,6 +231,15 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 		return tcp->ops->sendmsg(tcp, msg, len);
 	if (msg->msg_flags & MSG_OOB)
 		return -EOPNOTSUPP;
+	if (unlikely(msg->msg_flags & MSG_FASTOPEN)) {
+		err = sd_fastopen_connect(sock, msg);
+		if (err < 0)
+			return err;
+		msg->msg_flags &= ~MSG_FASTOPEN;
+		tcp = sd_tcp_sock(sk);
+		if (err)
+			return tcp->ops->sendmsg(tcp, msg, len);
+	}
 
 	err = sd_lock_call(sk, true, nonblock);
 	if (err)

@@ -676,6 +676,36 @@ def empty_sends_after_peer_close(t, f):
     t.call("empty send unconnected", u.send, b"")
 
 
+def fastopen_sendto(sock, data, host, port):
+    """sendto(MSG_FASTOPEN | MSG_NOSIGNAL) through libc (Python cannot
+    spell an AF_SD address): the count, or the errno name."""
+    import ctypes
+    from sdsock import libc, sockaddr
+    sa = sockaddr(host, port)
+    n = libc.sendto(sock.fileno(), data, len(data),
+                    socket.MSG_FASTOPEN | socket.MSG_NOSIGNAL,
+                    ctypes.byref(sa), ctypes.sizeof(sa))
+    return errname(ctypes.get_errno()) if n < 0 else n
+
+
+@scenario
+def sendto_fastopen(t, f):
+    """TCP Fast Open's client call: sendto(MSG_FASTOPEN) with an address on
+    an unconnected socket connects, then sends (the kernel's selftest
+    sk_bind_sendto_listen); on a connected socket it is EISCONN."""
+    lst, port = f.listener()
+    c = f.socket()
+    t.log("sendto unconnected", fastopen_sendto(c, b"hello", "127.0.0.1", port))
+    s = f.accept(lst)
+    t.call("server reads", recv_exact, s, 5)
+    t.log("connected to it", peername(c) == ("127.0.0.1", port))
+    t.log("sendto connected", fastopen_sendto(c, b"again", "127.0.0.1", port))
+    t.call("send after", c.send, b"more")
+    t.call("server reads more", recv_exact, s, 4)
+    u = f.socket()
+    t.log("sendto nobody", fastopen_sendto(u, b"x", "127.0.0.1", free_port(f)))
+
+
 @scenario
 def sigpipe(t, f):
     hits = []
