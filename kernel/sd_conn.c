@@ -486,10 +486,17 @@ static struct sd_group *sd_group_lookup(struct sd_net *sn,
 		    !sd_addr_covers(&g->addr.addr, g->v6only, &dst->addr))
 			continue;
 		/* An exact address beats a wildcard, as in TCP. */
-		if (!best || !sd_addr_any(&g->addr.addr))
+		if (!sd_addr_any(&g->addr.addr)) {
 			best = g;
-		if (!sd_addr_any(&g->addr.addr))
 			break;
+		}
+		/*
+		 * Of the wildcards, the one of the destination's family: an
+		 * IPv4 client goes to 0.0.0.0 before [::], as TCP's lookup
+		 * scores an AF_INET listener higher.
+		 */
+		if (!best || sd_addr_is_v4(&g->addr.addr) == sd_addr_is_v4(&dst->addr))
+			best = g;
 	}
 	if (best)
 		refcount_inc(&best->ref);
@@ -502,7 +509,7 @@ int sd_listen(struct socket *sock, int backlog)
 	struct sock *sk = sock->sk;
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_net *sn = sd_net(sock_net(sk));
-	struct sd_group *g, *fresh;
+	struct sd_group *g, *join, *fresh;
 	unsigned int somaxconn = READ_ONCE(sock_net(sk)->core.sysctl_somaxconn);
 	struct socket *tcp = sd_tcp_sock(sk);
 	int tcp_backlog = backlog;
@@ -577,20 +584,29 @@ int sd_listen(struct socket *sock, int backlog)
 	fresh->uid = sk->sk_uid;
 
 	spin_lock(&sn->bind_lock);
-	/* Another listener on an overlapping address and this port? */
+	/*
+	 * Other listeners on an overlapping address and this port: as TCP's,
+	 * all of them and this one must have SO_REUSEPORT and one owner.
+	 * The group of the same address takes this one; listeners of
+	 * different addresses (0.0.0.0 and [::]) stay groups of their own,
+	 * which sd_group_lookup() chooses between.
+	 */
+	join = NULL;
 	hlist_for_each_entry(g, sd_listen_head(sn, ss->local.port), node) {
 		if (g->addr.port != ss->local.port ||
 		    !sd_addr_overlap(&g->addr.addr, g->v6only,
 				     &ss->local.addr, ss->v6only))
 			continue;
-		if (!ipv6_addr_equal(&g->addr.addr, &ss->local.addr) ||
-		    !g->reuseport || !sk->sk_reuseport ||
+		if (!g->reuseport || !sk->sk_reuseport ||
 		    !uid_eq(g->uid, sk->sk_uid)) {
 			err = -EADDRINUSE;
 			goto out_unlock;
 		}
-		break;
+		if (ipv6_addr_equal(&g->addr.addr, &ss->local.addr) &&
+		    g->v6only == ss->v6only)
+			join = g;
 	}
+	g = join;
 	if (!g) {
 		g = fresh;
 		fresh = NULL;

@@ -706,6 +706,44 @@ def sendto_fastopen(t, f):
     t.log("sendto nobody", fastopen_sendto(u, b"x", "127.0.0.1", free_port(f)))
 
 
+def accepted_by(listeners):
+    """Which of the non-blocking listeners has a connection queued."""
+    for name, lst in listeners:
+        try:
+            Family.accept(lst).close()
+        except BlockingIOError:
+            continue
+        except OSError as e:
+            return f"{name}: {errname(e.errno)}"
+        return name
+    return "none"
+
+
+@scenario
+def reuseport_dual_stack(t, f):
+    """SO_REUSEPORT listeners of one port on 0.0.0.0 and [::] both listen
+    (the kernel's selftests reuseport_dualstack and reuseport_addr_any);
+    an IPv4 client reaches the IPv4 one, an IPv6 client the other."""
+    from sdsock import SD_REUSEPORT, SOL_SD
+    opt = ((SOL_SD, SD_REUSEPORT, 1) if f.name == "sd" else
+           (socket.SOL_SOCKET, socket.SO_REUSEPORT, 1))
+    l4, port = f.listener("0.0.0.0", opts=[opt])
+    l6 = f.socket(v6=True)
+    l6.setsockopt(*opt)
+    t.log("bind [::]", f.bind(l6, "::", port))
+    t.call("listen [::]", l6.listen, 8)
+    other = f.socket(v6=True)
+    t.log("bind [::] without SO_REUSEPORT", f.bind(other, "::", port))
+    for lst in (l4, l6):
+        lst.setblocking(False)
+    for host in ("127.0.0.1", "::1", "127.0.0.1"):
+        c = f.socket(v6=":" in host)
+        t.log(f"connect {host}", f.connect(c, host, port))
+        time.sleep(SETTLE)
+        t.log(f"{host} accepted by", accepted_by([("0.0.0.0", l4), ("[::]", l6)]))
+        c.close()
+
+
 @scenario
 def sigpipe(t, f):
     hits = []
