@@ -190,6 +190,7 @@ struct sd_sock {
 	sa_family_t		family;
 	bool			bound;		/* has a local port */
 	bool			nodelay;	/* TCP_NODELAY, stored only */
+	bool			recvmsg_inq;	/* TCP_INQ: recvmsg() tells */
 	/*
 	 * An RDMA connect's rendezvous is on its way (sd_connect_begin():
 	 * in sd_connect_work(), or in a blocking connect; either lets the

@@ -946,6 +946,7 @@ static void sd_child_inherit(struct sock *child, const struct sock *lsk)
 	child->sk_rcvbuf = lsk->sk_rcvbuf;
 	child->sk_userlocks = lsk->sk_userlocks;
 	sd_sk(child)->nodelay = sd_sk(lsk)->nodelay;
+	sd_sk(child)->recvmsg_inq = sd_sk(lsk)->recvmsg_inq;
 	sd_sk(child)->rdma_offer = sd_sk(lsk)->rdma_offer;
 }
 

@@ -354,6 +354,27 @@ static bool sd_rx_wake_cond(struct sock *sk)
 	       (READ_ONCE(sk->sk_shutdown) & RCV_SHUTDOWN);
 }
 
+/*
+ * TCP_INQ: after a receive, a control message with the bytes left to read,
+ * as TCP's: 1 when there are none but the stream has ended, so that a
+ * reader goes on to see the end.  put_cmsg() marks MSG_CTRUNC when the
+ * caller gave no room for it.
+ */
+static void sd_put_inq(struct sock *sk, struct msghdr *msg)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	size_t bytes = 0;
+	int inq;
+
+	if (!READ_ONCE(ss->conn->gone[ss->side]) &&
+	    sd_ring_readable(sd_rx(ss), &bytes) < 0)
+		bytes = 0;
+	inq = min_t(size_t, bytes, INT_MAX);
+	if (!inq && (READ_ONCE(sk->sk_shutdown) & RCV_SHUTDOWN))
+		inq = 1;
+	put_cmsg(msg, SOL_TCP, TCP_CM_INQ, sizeof(inq), &inq);
+}
+
 int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	       int flags)
 {
@@ -474,6 +495,8 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	}
 	err = copied;
 out:
+	if (err >= 0 && READ_ONCE(ss->recvmsg_inq))
+		sd_put_inq(sk, msg);
 	sd_unlock_call(sk, false);
 	return err;
 }
@@ -1098,12 +1121,72 @@ static int sd_rdma_get_peer(struct sock *sk, char __user *optval,
 	return 0;
 }
 
+/*
+ * Mirror SO_RCVLOWAT and TCP_INQ into the receive ring for libsd, which
+ * decides there whether a blocking receive may return what it found, and
+ * whether a receive without room for control messages is MSG_CTRUNC.
+ * Only libsd reads it, for its own calls: the kernel's paths use
+ * sk_rcvlowat and recvmsg_inq.  Under the socket lock.
+ */
+static void sd_mirror_rcvlowat(struct sock *sk)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	u32 val = sd_rcvlowat(sk);
+
+	if (ss->recvmsg_inq)
+		val |= SD_LOWAT_INQ;
+	if (ss->conn)
+		WRITE_ONCE(sd_ring_hdr(sd_rx(ss))->cons_lowat, val);
+}
+
+/*
+ * TCP's options are TCP's (sd_tcp.c), except two kept by AF_SD itself,
+ * for redirected and native sockets alike: TCP_NODELAY (nearly every
+ * server sets it on every connection; every send is visible at once, so
+ * it is only stored) and TCP_INQ (it changes only what recvmsg() tells,
+ * sd_put_inq()).  Neither needs a TCP socket; one that exists gets them
+ * too, as does one made later (sd_tcp_get()), so that a fallback keeps
+ * them.
+ */
+static bool sd_tcp_opt_kept(int level, int optname)
+{
+	return level == SOL_TCP &&
+	       (optname == TCP_NODELAY || optname == TCP_INQ);
+}
+
+static int sd_set_kept_opt(struct sock *sk, int optname, sockptr_t optval,
+			   unsigned int optlen)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	int val, err = 0;
+
+	if (optlen < sizeof(int))
+		return -EINVAL;
+	if (copy_from_sockptr(&val, optval, sizeof(val)))
+		return -EFAULT;
+	/* As TCP's: TCP_INQ takes 0 or 1, TCP_NODELAY any value. */
+	if (optname == TCP_INQ && (val < 0 || val > 1))
+		return -EINVAL;
+	lock_sock(sk);
+	if (optname == TCP_NODELAY)
+		WRITE_ONCE(ss->nodelay, !!val);
+	else
+		WRITE_ONCE(ss->recvmsg_inq, val);
+	sd_mirror_rcvlowat(sk);
+	if (ss->tcp)
+		err = ss->tcp->ops->setsockopt(ss->tcp, SOL_TCP, optname,
+					       KERNEL_SOCKPTR(&val),
+					       sizeof(val));
+	release_sock(sk);
+	return err;
+}
+
 int sd_setsockopt(struct socket *sock, int level, int optname,
 		  sockptr_t optval, unsigned int optlen)
 {
 	struct sd_sock *ss = sd_sk(sock->sk);
 	struct socket *tcp = sd_tcp_sock(sock->sk);
-	int val, err;
+	int val;
 
 	if (tcp)
 		return tcp->ops->setsockopt(tcp, level, optname, optval,
@@ -1126,58 +1209,12 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 		release_sock(sock->sk);
 		return 0;
 	}
-	/*
-	 * TCP's options are TCP's (sd_tcp.c), except TCP_NODELAY: nearly every
-	 * server sets it on every connection, and it needs no TCP socket.  It
-	 * is kept here, and given to the TCP socket if there is one (and by
-	 * sd_tcp_get() to one made later).
-	 */
-	if (ss->redirected && level == SOL_TCP && optname == TCP_NODELAY) {
-		if (optlen < sizeof(int))
-			return -EINVAL;
-		if (copy_from_sockptr(&val, optval, sizeof(val)))
-			return -EFAULT;
-		lock_sock(sock->sk);
-		WRITE_ONCE(ss->nodelay, !!val);
-		err = !ss->tcp ? 0 :
-		      ss->tcp->ops->setsockopt(ss->tcp, SOL_TCP, TCP_NODELAY,
-					       KERNEL_SOCKPTR(&val),
-					       sizeof(val));
-		release_sock(sock->sk);
-		return err;
-	}
+	if (sd_tcp_opt_kept(level, optname))
+		return sd_set_kept_opt(sock->sk, optname, optval, optlen);
 	if (ss->redirected && level != SOL_SD)
 		return sd_tcp_setsockopt(sock->sk, level, optname, optval,
 					 optlen);
-	if (level != SOL_TCP)
-		return -ENOPROTOOPT;
-
-	switch (optname) {
-	case TCP_NODELAY:
-		/* Every send is visible at once: nothing to turn off. */
-		if (optlen < sizeof(int))
-			return -EINVAL;
-		if (copy_from_sockptr(&val, optval, sizeof(val)))
-			return -EFAULT;
-		WRITE_ONCE(ss->nodelay, !!val);
-		return 0;
-	default:
-		return -ENOPROTOOPT;
-	}
-}
-
-/*
- * Mirror SO_RCVLOWAT into the receive ring for libsd, which decides there
- * whether a blocking receive may return what it found.  Only libsd reads
- * it, for its own calls: the kernel's paths use sk_rcvlowat.  Under the
- * socket lock.
- */
-static void sd_mirror_rcvlowat(struct sock *sk)
-{
-	struct sd_sock *ss = sd_sk(sk);
-
-	if (ss->conn)
-		WRITE_ONCE(sd_ring_hdr(sd_rx(ss))->cons_lowat, sd_rcvlowat(sk));
+	return -ENOPROTOOPT;
 }
 
 /*
@@ -1248,9 +1285,9 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		return sd_get_mmap_offsets(sk, optval, optlen);
 	if (level == SOL_SD && optname == SD_RDMA_PEER)
 		return sd_rdma_get_peer(sk, optval, optlen);
-	/* TCP_NODELAY is kept here (sd_setsockopt()), the rest by TCP. */
+	/* TCP_NODELAY and TCP_INQ are kept here, the rest by TCP. */
 	if (level != SOL_SD && sd_sk(sk)->redirected &&
-	    !(level == SOL_TCP && optname == TCP_NODELAY))
+	    !sd_tcp_opt_kept(level, optname))
 		return sd_tcp_getsockopt(sk, level, optname, optval, optlen);
 	if (level == SOL_SD && optname == SD_REUSEPORT)
 		val = sk->sk_reuseport;
@@ -1263,6 +1300,8 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		      sd_rdma_link(sk) ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
 	else if (level == SOL_TCP && optname == TCP_NODELAY)
 		val = READ_ONCE(sd_sk(sk)->nodelay);
+	else if (level == SOL_TCP && optname == TCP_INQ)
+		val = READ_ONCE(sd_sk(sk)->recvmsg_inq);
 	else
 		return -ENOPROTOOPT;
 

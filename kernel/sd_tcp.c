@@ -89,6 +89,13 @@ int sd_tcp_make(struct sock *sk, sa_family_t family, struct socket **tcp)
 		/* Set before there was a TCP socket (sd_setsockopt()). */
 		if (ss->nodelay)
 			tcp_sock_set_nodelay(ss->tcp->sk);
+		if (ss->recvmsg_inq) {
+			int one = 1;
+
+			ss->tcp->ops->setsockopt(ss->tcp, SOL_TCP, TCP_INQ,
+						 KERNEL_SOCKPTR(&one),
+						 sizeof(one));
+		}
 	}
 	*tcp = ss->tcp;
 	return 0;
@@ -629,7 +636,6 @@ static bool sd_tcp_opt_refused(int level, int optname)
 	case TCP_REPAIR_WINDOW:
 	case TCP_QUEUE_SEQ:
 	case TCP_ZEROCOPY_RECEIVE:
-	case TCP_INQ:
 		return true;
 	default:
 		return false;

@@ -915,8 +915,12 @@ bool rdma_sleep(int fd, Conn *c, Side &s, bool first, bool brief, bool &kernel_r
 	return true;
 }
 
+// *inq, if given, is whether the socket's TCP_INQ is on (when the fast
+// path took the call): recvmsg's caller gave no room for its control
+// message, which TCP marks MSG_CTRUNC.
 template <typename Kernel>
-bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result, Kernel kernel)
+bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result, Kernel kernel,
+	       bool *inq = nullptr)
 {
 	// MSG_NOSIGNAL means nothing to a receive (the kernel ignores it).
 	if ((flags & ~(MSG_DONTWAIT | MSG_NOSIGNAL)) || iovcnt < 1 || iovcnt > MAX_IOV)
@@ -946,8 +950,11 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	// SO_RCVLOWAT (mirrored by the kernel): a blocking receive returns
 	// no fewer bytes than that, or than it asked for.  Short of them,
 	// the kernel's path waits.
-	if (const std::uint32_t lowat = __atomic_load_n(s.lowat, __ATOMIC_RELAXED);
-	    lowat > 1 && !is_nonblock()) [[unlikely]] {
+	const std::uint32_t mirror = __atomic_load_n(s.lowat, __ATOMIC_RELAXED);
+	if (inq)
+		*inq = mirror & SD_LOWAT_INQ;
+	if (const std::uint32_t lowat = mirror & ~SD_LOWAT_INQ; lowat > 1 && !is_nonblock())
+		[[unlikely]] {
 		const ssize_t have = q.readable();
 		if (have >= 0 && static_cast<size_t>(have) < std::min<size_t>(lowat, want)) {
 			end(s);
@@ -1302,14 +1309,19 @@ bool sd_hook_recvmsg(int fd, struct msghdr *msg, int flags, ssize_t *result) noe
 	if ((msg->msg_name && static_cast<int>(msg->msg_namelen) < 0) || msg->msg_control ||
 	    msg->msg_iovlen > MAX_IOV)
 		return false;
-	bool kernel = false;
-	if (!fast_recv(fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result, [&] {
-		    kernel = true;
-		    return real::recvmsg()(fd, msg, flags);
-	    }))
+	bool kernel = false, inq = false;
+	if (!fast_recv(
+		    fd, msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, result,
+		    [&] {
+			    kernel = true;
+			    return real::recvmsg()(fd, msg, flags);
+		    },
+		    &inq))
 		return false;
 	if (!kernel) {
-		msg->msg_flags = 0;
+		// No room for TCP_INQ's control message (a call that gives
+		// room goes to the kernel, which writes it).
+		msg->msg_flags = inq ? MSG_CTRUNC : 0;
 		if (msg->msg_name)
 			msg->msg_namelen = 0;	/* as recvfrom */
 	}

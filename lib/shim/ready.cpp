@@ -108,7 +108,7 @@ int ring_events(int fd, unsigned want)
 		// As sd_poll: readable once SO_RCVLOWAT bytes are there (the
 		// kernel's value, mirrored in the ring).
 		if (n > 0 && static_cast<std::uint64_t>(n) >=
-				     __atomic_load_n(rs.lowat, __ATOMIC_RELAXED))
+				     (__atomic_load_n(rs.lowat, __ATOMIC_RELAXED) & ~SD_LOWAT_INQ))
 			got |= EV_IN;
 	}
 	if (want & EV_OUT) {

@@ -844,6 +844,62 @@ def fionread_and_outq(t, f):
     t.log("FIONREAD sender", ioctl_int(c, 0x541B))
 
 
+TCP_INQ = 36
+TCP_CM_INQ = TCP_INQ
+
+
+def recvmsg_inq(s, n, room=True):
+    """recvmsg() with or without room for a control message: the bytes,
+    the TCP_CM_INQ values and whether MSG_CTRUNC came back."""
+    data, anc, flags, _ = s.recvmsg(n, socket.CMSG_SPACE(4) if room else 0)
+    inq = [struct.unpack("i", d)[0] for lvl, typ, d in anc
+           if lvl == socket.IPPROTO_TCP and typ == TCP_CM_INQ]
+    return [len(data), inq, bool(flags & socket.MSG_CTRUNC)]
+
+
+@scenario
+def tcp_inq(t, f):
+    """TCP_INQ: each receive tells in a control message how many bytes
+    are left (1 at the end of the stream); the kernel's tcp_inq
+    selftest.  Accepted sockets take it from their listener."""
+    lst, port = f.listener(opts=[(socket.IPPROTO_TCP, TCP_INQ, 1)])
+    t.log("listener TCP_INQ", lst.getsockopt(socket.IPPROTO_TCP, TCP_INQ))
+    c = f.socket()
+    t.log("default", c.getsockopt(socket.IPPROTO_TCP, TCP_INQ))
+    t.call("set 2", c.setsockopt, socket.IPPROTO_TCP, TCP_INQ, 2)
+    t.call("set -1", c.setsockopt, socket.IPPROTO_TCP, TCP_INQ, -1)
+    t.call("set short", c.setsockopt, socket.IPPROTO_TCP, TCP_INQ, b"\1")
+    t.call("set before connect", c.setsockopt, socket.IPPROTO_TCP,
+           TCP_INQ, 1)
+    t.log("connect", f.connect(c, "127.0.0.1", port))
+    s = f.accept(lst)
+    t.log("accepted TCP_INQ", s.getsockopt(socket.IPPROTO_TCP, TCP_INQ))
+    t.log("client TCP_INQ", c.getsockopt(socket.IPPROTO_TCP, TCP_INQ))
+    c.sendall(pattern(1000))
+    time.sleep(SETTLE)
+    pollmask(s, 1000)
+    assert t.call("recvmsg 400", recvmsg_inq, s, 400) == [400, [600], False]
+    t.call("recvmsg 100 no room", recvmsg_inq, s, 100, False)
+    t.call("recvmsg the rest", recvmsg_inq, s, 1000)
+    s.setsockopt(socket.IPPROTO_TCP, TCP_INQ, 0)
+    t.log("off", s.getsockopt(socket.IPPROTO_TCP, TCP_INQ))
+    c.sendall(b"y" * 10)
+    time.sleep(SETTLE)
+    pollmask(s, 1000)
+    t.call("recvmsg off", recvmsg_inq, s, 4)
+    s.setsockopt(socket.IPPROTO_TCP, TCP_INQ, 1)
+    t.call("recvmsg on again", recvmsg_inq, s, 4)
+    c.shutdown(socket.SHUT_WR)
+    time.sleep(SETTLE)
+    pollmask(s, 1000)
+    t.call("recvmsg last", recvmsg_inq, s, 100)
+    assert t.call("recvmsg at the end", recvmsg_inq, s, 100) == [0, [1], False]
+    s.sendall(b"back")
+    time.sleep(SETTLE)
+    pollmask(c, 1000)
+    t.call("client recvmsg", recvmsg_inq, c, 100)
+
+
 @scenario
 def poll_lifecycle(t, f):
     u = f.socket()

@@ -333,6 +333,9 @@ struct sd_ring_offset {
 	__u64 cons_lowat;	/* __u32 the consumer's SO_RCVLOWAT (kernel) */
 };
 
+/* In cons_lowat, with SO_RCVLOWAT: the consumer's TCP_INQ is on. */
+#define SD_LOWAT_INQ		(1U << 31)
+
 struct sd_mmap_offsets {
 	struct sd_ring_offset tx;
 	struct sd_ring_offset rx;
