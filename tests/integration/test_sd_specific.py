@@ -73,6 +73,51 @@ def test_reuseport_dispatches_round_robin(no_leak):
         s.close()
 
 
+SO_ATTACH_REUSEPORT_CBPF = 51
+SO_DETACH_REUSEPORT_BPF = 68
+
+
+def test_reuseport_bpf_program_is_kept_not_run(no_leak):
+    """A reuseport BPF program reads the SYN's packet; an AF_SD connection
+    has none, so the group dispatches round robin whatever the program
+    says (af_sd.rst, "Where AF_SD differs from TCP"; the kernel's
+    reuseport_bpf selftest).  This one would send every connection to
+    the group's first socket."""
+    ret0 = ctypes.create_string_buffer(struct.pack("HBBI", 0x06, 0, 0, 0))
+    prog = struct.pack("@HP", 1, ctypes.addressof(ret0))
+    l1, port = SD.listener(opts=REUSEPORT + [
+        (socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog)])
+    l2 = SD.socket()
+    l2.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    l2.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog)
+    assert SD.bind(l2, "127.0.0.1", port) == "OK"
+    l2.listen(16)
+    # As TCP's: detaching works, and a socket without SO_REUSEPORT takes
+    # no program.
+    l2.setsockopt(socket.SOL_SOCKET, SO_DETACH_REUSEPORT_BPF, 0)
+    l2.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog)
+    plain = SD.socket()
+    with pytest.raises(OSError) as e:
+        plain.setsockopt(socket.SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, prog)
+    assert e.value.errno == errno.EINVAL
+    clients = connect_n(port, 10)
+    # Accepts steal from siblings; closing l1 resets exactly the
+    # connections queued on it: half, where the program wanted all.
+    l1.close()
+    reset = 0
+    for c in clients:
+        try:
+            c.recv(1, socket.MSG_DONTWAIT)
+        except ConnectionResetError:
+            reset += 1
+        except BlockingIOError:
+            pass
+    assert reset == 5
+    assert len(nonblocking_accepts(l2)) == 5
+    for s in clients + [l2, plain]:
+        s.close()
+
+
 def test_so_reuseport_is_refused_by_the_core_and_read_back(no_leak):
     s = SD.socket()
     with pytest.raises(OSError) as e:
