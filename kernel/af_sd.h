@@ -219,6 +219,8 @@ struct sd_sock {
 
 	/* In sd_net.bind_table while bound; under bind_lock. */
 	struct hlist_node	bind_node;
+	/* Counted in its chain's shared (struct sd_bind_chain). */
+	bool			bind_shared;
 
 	/*
 	 * The connection, from connect or accept until release: it is never
@@ -348,9 +350,22 @@ struct sd_rule {
 struct sd_net;
 struct sd_net *sd_net(const struct net *net);
 
+/*
+ * What a chain of sd_net.bind_table holds, for binds with SO_REUSEPORT:
+ * when every socket there had it when hashed and has @uid, a bind by
+ * another such socket cannot conflict (sd_bind_conflict()'s second rule)
+ * and skips the walk, as TCP's fastreuseport buckets do.  Under bind_lock.
+ */
+struct sd_bind_chain {
+	u32			users;		/* sockets in the chain */
+	u32			shared;		/* of them, bind_shared */
+	kuid_t			uid;		/* set when users was 0 */
+};
+
 struct sd_net {
 	spinlock_t		bind_lock;	/* bind_table, listen_table */
 	struct hlist_head	bind_table[1 << SD_HASH_BITS];
+	struct sd_bind_chain	bind_chain[1 << SD_HASH_BITS];
 	struct hlist_head	listen_table[1 << SD_HASH_BITS];
 	/* Connects that wait for room in a full backlog. */
 	wait_queue_head_t	backlog_wait;
@@ -455,6 +470,7 @@ int sd_accept(struct socket *sock, struct socket *newsock, int flags,
 	      bool kern);
 int sd_getname(struct socket *sock, struct sockaddr *uaddr, int peer);
 void sd_unhash(struct sock *sk);
+void sd_bind_set_reuseport(struct sock *sk, bool on);
 void sd_listen_stop(struct sock *sk);
 void sd_conn_put(struct sd_conn *conn);
 void sd_conn_close(struct sock *sk, bool reset);

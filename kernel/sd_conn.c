@@ -176,6 +176,49 @@ static struct hlist_head *sd_bind_head(struct sd_net *sn, __be16 port)
 	return &sn->bind_table[ntohs(port) & ((1 << SD_HASH_BITS) - 1)];
 }
 
+static struct sd_bind_chain *sd_bind_chain(struct sd_net *sn, __be16 port)
+{
+	return &sn->bind_chain[ntohs(port) & ((1 << SD_HASH_BITS) - 1)];
+}
+
+/* Count @sk in its chain's summary, or (@in false) take it out. */
+static void sd_bind_count(struct sd_net *sn, struct sock *sk, bool in)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_bind_chain *c = sd_bind_chain(sn, ss->local.port);
+
+	lockdep_assert_held(&sn->bind_lock);
+	if (!in) {
+		c->users--;
+		c->shared -= ss->bind_shared;
+		ss->bind_shared = false;
+		return;
+	}
+	if (!c->users++)
+		c->uid = sk->sk_uid;
+	ss->bind_shared = sk->sk_reuseport && uid_eq(sk->sk_uid, c->uid);
+	c->shared += ss->bind_shared;
+}
+
+/*
+ * SD_REUSEPORT changed on @sk (locked): a bound socket's chain summary
+ * follows, so that the fast path of sd_port_in_use() stays exact.
+ */
+void sd_bind_set_reuseport(struct sock *sk, bool on)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+
+	spin_lock(&sn->bind_lock);
+	if (sd_sk(sk)->bound) {
+		sd_bind_count(sn, sk, false);
+		sk->sk_reuseport = on;
+		sd_bind_count(sn, sk, true);
+	} else {
+		sk->sk_reuseport = on;
+	}
+	spin_unlock(&sn->bind_lock);
+}
+
 static struct hlist_head *sd_listen_head(struct sd_net *sn, __be16 port)
 {
 	return &sn->listen_table[ntohs(port) & ((1 << SD_HASH_BITS) - 1)];
@@ -202,9 +245,14 @@ static bool sd_bind_conflict(const struct sock *sk, const struct sd_addr *a,
 static bool sd_port_in_use(struct sd_net *sn, struct sock *sk,
 			   const struct sd_addr *a)
 {
+	struct sd_bind_chain *c = sd_bind_chain(sn, a->port);
 	struct sd_sock *other;
 
 	lockdep_assert_held(&sn->bind_lock);
+	/* Everyone there shares with us by the second rule: no walk. */
+	if (sk->sk_reuseport && c->shared == c->users &&
+	    uid_eq(sk->sk_uid, c->uid))
+		return false;
 	hlist_for_each_entry(other, sd_bind_head(sn, a->port), bind_node)
 		if (&other->sk != sk && sd_bind_conflict(sk, a, &other->sk))
 			return true;
@@ -216,6 +264,7 @@ static void sd_hash(struct sd_net *sn, struct sock *sk)
 	lockdep_assert_held(&sn->bind_lock);
 	hlist_add_head(&sd_sk(sk)->bind_node,
 		       sd_bind_head(sn, sd_sk(sk)->local.port));
+	sd_bind_count(sn, sk, true);
 	sd_sk(sk)->bound = true;
 }
 
@@ -321,6 +370,7 @@ void sd_unhash(struct sock *sk)
 		return;
 	spin_lock(&sn->bind_lock);
 	hlist_del_init(&ss->bind_node);
+	sd_bind_count(sn, sk, false);
 	ss->bound = false;
 	spin_unlock(&sn->bind_lock);
 }

@@ -1205,7 +1205,7 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 		if (copy_from_sockptr(&val, optval, sizeof(val)))
 			return -EFAULT;
 		lock_sock(sock->sk);
-		sock->sk->sk_reuseport = !!val;
+		sd_bind_set_reuseport(sock->sk, val);
 		release_sock(sock->sk);
 		return 0;
 	}

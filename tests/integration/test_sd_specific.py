@@ -137,6 +137,28 @@ def test_reuseport_needs_the_option_on_both(no_leak):
     l2.close()
 
 
+def test_reuseport_turned_off_after_bind_holds_the_port(no_leak):
+    """A bind with SD_REUSEPORT skips the walk of the port's sockets when
+    all of them share it (the chain summary): one that turns the option
+    off after its bind must still hold the port."""
+    a = SD.socket()
+    a.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert SD.bind(a, "127.0.0.1", 0) == "OK"
+    port = sockname(a)[1]
+    b = SD.socket()
+    b.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert SD.bind(b, "127.0.0.1", port) == "OK"
+    b.close()
+    a.setsockopt(SOL_SD, SD_REUSEPORT, 0)
+    c = SD.socket()
+    c.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert SD.bind(c, "127.0.0.1", port) == "EADDRINUSE"
+    a.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert SD.bind(c, "127.0.0.1", port) == "OK"
+    for s in (a, c):
+        s.close()
+
+
 def test_accept_steals_from_a_sibling(no_leak):
     l1, l2, port = reuseport_pair()
     clients = connect_n(port, 2)        # one in each queue
