@@ -462,6 +462,10 @@ struct Ep {
 	std::uint16_t gen;		// of the epoll fd
 	unsigned n, cap;
 	Member *m;
+	// pos[fd]: 1 + the index of fd's member in m, 0 none (fd < npos), so
+	// that epoll_ctl costs the same whatever the size of the set.
+	std::uint32_t *pos;
+	unsigned npos;
 	unsigned next;			// where the next scan starts (fairness)
 	bool kernel_turn;		// maxevents 1: take turns with the kernel
 };
@@ -495,6 +499,8 @@ void ep_created(int epfd)
 	}
 	pthread_mutex_lock(&e->lock);
 	e->gen = fds.generation(epfd);
+	for (unsigned i = 0; i < e->n; i++)
+		e->pos[e->m[i].fd] = 0;
 	e->n = 0;
 	e->next = 0;
 	// Generation 0 is the entry of an fd the table cannot hold.
@@ -514,56 +520,95 @@ bool ep_valid(Ep *e, int epfd)
 	return true;
 }
 
+// Take member i out (the last one takes its place).  Called with e->lock
+// held, as all of these.
+void ep_remove(Ep *e, unsigned i)
+{
+	e->pos[e->m[i].fd] = 0;
+	if (i != --e->n) {
+		e->m[i] = e->m[e->n];
+		e->pos[e->m[i].fd] = i + 1;
+	}
+}
+
+// Whether member m's fd was closed (or replaced) since it was added.
+bool ep_stale(const Member &m)
+{
+	return m.gen != fds.generation(m.fd);
+}
+
 // Drop the members closed (or replaced) without EPOLL_CTL_DEL.  Closing
 // the last copy of a file takes it out of every epoll set; a copy that
 // lives on (dup, fork) keeps it there, the case epoll(7) warns about, and
-// is taken as gone all the same.  Called with e->lock held.
+// is taken as gone all the same.
 void ep_prune(Ep *e)
 {
 	for (unsigned i = 0; i < e->n;)
-		if (e->m[i].gen != fds.generation(e->m[i].fd))
-			e->m[i] = e->m[--e->n];
+		if (ep_stale(e->m[i]))
+			ep_remove(e, i);
 		else
 			i++;
 }
 
 Member *ep_find(Ep *e, int fd)
 {
-	for (unsigned i = 0; i < e->n; i++)
-		if (e->m[i].fd == fd)
-			return &e->m[i];
-	return nullptr;
+	if (static_cast<unsigned>(fd) >= e->npos || !e->pos[fd])
+		return nullptr;
+	return &e->m[e->pos[fd] - 1];
 }
 
-// Follow a successful epoll_ctl.  Called with e->lock held.
+// Room for one more member, of descriptor fd (below MAX_CONNS, as every
+// fd with a generation).  Stale members go first, when the array is
+// full, so that the work is a constant per epoll_ctl.
+bool ep_room(Ep *e, int fd)
+{
+	if (static_cast<unsigned>(fd) >= e->npos) {
+		const unsigned npos = std::min<unsigned>(
+			MAX_CONNS, std::max<unsigned>(2 * e->npos, static_cast<unsigned>(fd) + 1));
+		auto *np = static_cast<std::uint32_t *>(realloc(e->pos, npos * sizeof(std::uint32_t)));
+		if (!np)
+			return false;
+		std::fill(np + e->npos, np + npos, 0);
+		e->pos = np;
+		e->npos = npos;
+	}
+	if (e->n == e->cap)
+		ep_prune(e);
+	if (e->n == e->cap) {
+		const unsigned cap = e->cap ? 2 * e->cap : 16;
+		auto *nm = static_cast<Member *>(realloc(e->m, cap * sizeof(Member)));
+		if (!nm)
+			return false;
+		e->m = nm;
+		e->cap = cap;
+	}
+	return true;
+}
+
+// Follow a successful epoll_ctl.
 void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 {
-	ep_prune(e);
 	Member *m = ep_find(e, fd);
 
 	switch (op) {
 	case EPOLL_CTL_ADD: {
 		(void)fds.kind(fd);	// gives fd an entry, and so a generation
 		const std::uint16_t gen = fds.generation(fd);
-		if (m || !gen) {
+		// A member of that number closed without EPOLL_CTL_DEL: gone.
+		if (m && ep_stale(*m)) {
+			ep_remove(e, static_cast<unsigned>(m - e->m));
+			m = nullptr;
+		}
+		if (m || !gen || !ep_room(e, fd)) {
 			e->broken.store(true, std::memory_order_relaxed);
 			return;
 		}
-		if (e->n == e->cap) {
-			const unsigned cap = e->cap ? 2 * e->cap : 16;
-			auto *nm = static_cast<Member *>(realloc(e->m, cap * sizeof(Member)));
-			if (!nm) {
-				e->broken.store(true, std::memory_order_relaxed);
-				return;
-			}
-			e->m = nm;
-			e->cap = cap;
-		}
 		e->m[e->n++] = {fd, gen, ev->events, ev->data};
+		e->pos[fd] = e->n;
 		break;
 	}
 	case EPOLL_CTL_MOD:
-		if (!m) {
+		if (!m || ep_stale(*m)) {
 			e->broken.store(true, std::memory_order_relaxed);
 			return;
 		}
@@ -572,7 +617,7 @@ void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 		break;
 	case EPOLL_CTL_DEL:
 		if (m)
-			*m = e->m[--e->n];
+			ep_remove(e, static_cast<unsigned>(m - e->m));
 		break;
 	default:
 		e->broken.store(true, std::memory_order_relaxed);

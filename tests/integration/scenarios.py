@@ -1078,6 +1078,55 @@ def readiness_epoll_tracked(t, f):
 
 
 @scenario
+def epoll_set_grows_and_shrinks(t, f):
+    """An epoll set grown past what libsd scans itself (256 members, then
+    the kernel answers), shrunk below it again, with members closed
+    without EPOLL_CTL_DEL whose numbers come back as new members."""
+    c, s, _ = f.pair()
+    warm(c, s)
+    ep = select.epoll()
+    ep.register(s, select.EPOLLIN)
+    pipes = [os.pipe() for _ in range(300)]
+    for r, _ in pipes:
+        ep.register(r, select.EPOLLIN)
+    names = {s.fileno(): "s"}
+    names.update({r: f"p{i}" for i, (r, _) in enumerate(pipes)})
+
+    def ready(timeout=0):
+        return sorted(names.get(fd, fd) for fd, _ in ep.poll(timeout))
+    t.log("301 idle", ready())
+    c.send(b"a")
+    pollmask(s, 1000)
+    os.write(pipes[299][1], b"x")
+    t.log("301 with data", ready(2))
+    t.call("recv", s.recv, 10)
+    for r, w in pipes[:250]:
+        ep.unregister(r)
+    t.log("51 left", ready())
+    # Closed without EPOLL_CTL_DEL: out of the set; the numbers come back.
+    for r, w in pipes[250:270]:
+        os.close(r)
+        os.close(w)
+    again = [os.pipe() for _ in range(20)]
+    for i, (r, _) in enumerate(again):
+        names[r] = f"q{i}"
+        ep.register(r, select.EPOLLOUT)
+        ep.modify(r, select.EPOLLIN)
+    os.write(again[3][1], b"y")
+    t.log("reused numbers", ready(2))
+    os.read(pipes[299][0], 1)
+    os.read(again[3][0], 1)
+    c.send(b"b")
+    t.log("s again", ready(2))
+    t.call("recv again", s.recv, 10)
+    t.log("drained", ready())
+    for r, w in pipes[:250] + pipes[270:] + again:
+        os.close(r)
+        os.close(w)
+    ep.close()
+
+
+@scenario
 def epoll_edge_nonblocking_rounds(t, f):
     """Edge-triggered epoll with a non-blocking reader that reads until
     EAGAIN, against a writer that sends after the reader went to sleep:
