@@ -6,7 +6,9 @@
 #                         and under sdrun (AF_SD), print a table (guest
 #                         figures), sdctl sockets/stats, a TCP client's
 #                         fallback and a deny rule; fails if a check fails
-#   make check            every test (style, unit, host, VM), one summary line
+#   make check            every test (style, unit, host, VM, other projects'
+#                         suites, two hosts, debug-kernel subset), one
+#                         summary line
 #   make check-debug      the VM suite on the debug kernel (KASAN, lockdep,
 #                         kmemleak, ...), built once into a cache outside
 #                         the tree; slow (see Documentation/testing.rst)
