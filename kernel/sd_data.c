@@ -60,7 +60,10 @@ bool sd_rx_unread(struct sd_sock *ss)
 	       sd_ring_readable(sd_rx(ss), NULL) != 0;
 }
 
-/* Serialise whole calls of one direction (decision 6). */
+/*
+ * Serialise whole calls of one direction (Documentation/design.rst,
+ * decision 6).
+ */
 static int sd_call_lock(struct mutex *m, bool nonblock)
 {
 	if (nonblock)

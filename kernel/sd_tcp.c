@@ -56,8 +56,8 @@ struct socket *sd_tcp_sock(const struct sock *sk)
  * The internal TCP socket, of @family, created on first use.  A redirected
  * socket's carries its TCP options and its fallback; every AF_SD socket
  * that holds a port holds it through one, bound to the same address and
- * port, so that AF_SD and TCP share one port space (decision 12 in
- * Documentation/design.rst).  Called with @sk locked.
+ * port, so that AF_SD and TCP share one port space
+ * (Documentation/design.rst, decision 12).  Called with @sk locked.
  */
 int sd_tcp_make(struct sock *sk, sa_family_t family, struct socket **tcp)
 {

@@ -88,8 +88,8 @@ enum FdKind : unsigned {
 // stores its answer only if the generation did not move meanwhile, so a
 // close that races with it cannot leave a stale FD_SD behind.  Every error
 // goes towards FD_UNKNOWN or FD_OTHER, never FD_SD: passing an AF_SD fd to
-// the kernel is always correct (DESIGN.md, fixed decision 1), handing a
-// pipe to the fast path never is.
+// the kernel is always correct (Documentation/design.rst, decision 1),
+// handing a pipe to the fast path never is.
 //
 // Entries live in chunks of 4096, mapped on first use; fds at or above
 // MAX_FD are asked about on every call.

@@ -210,7 +210,7 @@ def test_connect_listen_close_sequence_ends_cleanly(no_leak):
     assert r.stdout.split("\n")[:-1] == ["ECONNREFUSED"] * 20, r.stdout
 
 
-# ---- one port space with TCP (decision 12) -------------------------------
+# ---- one port space with TCP (Documentation/design.rst, decision 12) ----
 
 def tcp_listener(host="127.0.0.1", reuse=False):
     s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
