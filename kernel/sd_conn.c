@@ -16,6 +16,8 @@
 #include <linux/pid.h>
 #include <linux/slab.h>
 #include <net/addrconf.h>
+#include <net/inet6_hashtables.h>
+#include <net/inet_hashtables.h>
 #include <net/ip.h>
 #include <net/ipv6.h>
 #include <net/route.h>
@@ -552,6 +554,64 @@ static struct sd_group *sd_group_lookup(struct sd_net *sn,
 		refcount_inc(&best->ref);
 	spin_unlock(&sn->bind_lock);
 	return best;
+}
+
+/* The TCP listener a SYN from @src to @dst over loopback finds, or NULL. */
+static struct sock *sd_tcp_listener(struct net *net,
+				    const struct sd_addr *src,
+				    const struct sd_addr *dst)
+{
+	struct inet_hashinfo *h = net->ipv4.tcp_death_row.hashinfo;
+	int dif = net->loopback_dev->ifindex;
+
+	if (sd_addr_is_v4(&dst->addr))
+		return __inet_lookup_listener(net, h, NULL, 0,
+					      sd_addr_is_v4(&src->addr) ?
+					      src->addr.s6_addr32[3] : 0,
+					      src->port, dst->addr.s6_addr32[3],
+					      ntohs(dst->port), dif, 0);
+#if IS_ENABLED(CONFIG_IPV6)
+	return inet6_lookup_listener(net, h, NULL, 0, &src->addr, src->port,
+				     &dst->addr, ntohs(dst->port), dif, 0);
+#else
+	return NULL;
+#endif
+}
+
+/*
+ * Would TCP give a connection from @src to @dst to a listener that is not
+ * the TCP side of a member of @g?  Plain TCP listeners can share a port
+ * with AF_SD's (SO_REUSEPORT, one owner): one of them may hold the exact
+ * address where @g holds the wildcard, or be in the same reuseport group,
+ * where TCP's hash of the client's address and port chooses.  The lookup
+ * is TCP's own, so the answer is what TCP's SYN would find.
+ */
+static bool sd_tcp_takes_it_elsewhere(struct net *net, struct sd_group *g,
+				      const struct sd_addr *src,
+				      const struct sd_addr *dst)
+{
+	struct sd_sock *m;
+	struct sock *l;
+	bool mine = false;
+
+	/* Listeners are freed after a grace period (SOCK_RCU_FREE). */
+	rcu_read_lock();
+	l = sd_tcp_listener(net, src, dst);
+	if (!l) {
+		rcu_read_unlock();
+		return false;
+	}
+	/* A member's TCP socket stays while it is a member (g->lock). */
+	spin_lock(&g->lock);
+	list_for_each_entry(m, &g->members, group_node) {
+		if (m->tcp && m->tcp->sk == l) {
+			mine = true;
+			break;
+		}
+	}
+	spin_unlock(&g->lock);
+	rcu_read_unlock();
+	return !mine;
 }
 
 int sd_listen(struct socket *sock, int backlog)
@@ -1792,6 +1852,18 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 		reason = SD_FALLBACK_NO_LISTENER;
 		if (!ss->redirected)
 			sd_stat_inc(net, SD_STAT_REFUSED);
+		goto refused;
+	}
+	/*
+	 * A redirected client goes where TCP would send it (design.rst,
+	 * decision 12).  It keeps its port: TCP's SYN leaves from it, so
+	 * TCP's reuseport choice is the one made here.
+	 */
+	if (ss->redirected &&
+	    sd_tcp_takes_it_elsewhere(net, g, &ss->local, &dst)) {
+		sd_group_put(g);
+		reason = SD_FALLBACK_TCP_LISTENER;
+		autobound = false;
 		goto refused;
 	}
 

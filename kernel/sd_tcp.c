@@ -491,6 +491,8 @@ static enum sd_stat sd_fallback_stat(u8 reason)
 		return SD_STAT_FALLBACK_BUSY;
 	if (reason == SD_FALLBACK_AUTH)
 		return SD_STAT_FALLBACK_AUTH;
+	if (reason == SD_FALLBACK_TCP_LISTENER)
+		return SD_STAT_FALLBACK_TCP_LISTENER;
 	if (WARN_ON_ONCE(reason < SD_FALLBACK_NO_LISTENER ||
 			 reason > SD_FALLBACK_REMOTE))
 		return SD_STAT_UNSPEC;

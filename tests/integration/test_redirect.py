@@ -687,3 +687,106 @@ def test_reuseport_listeners_share_tcp_clients(no_leak):
     assert sum(got) == len(clients) and min(got) > 0, got
     for c in clients + lsts:
         c.close()
+
+
+def sd_reuseport_listener(host, port):
+    """A redirected listener (an AF_SD socket with a TCP side) with
+    SD_REUSEPORT, as libsd makes of SO_REUSEPORT."""
+    s = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    s.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert Family.bind(s, host, port) == "OK"
+    s.listen(64)
+    return s
+
+
+def tcp_reuseport_listener(host, port):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    s.bind((host, port))
+    s.listen(64)
+    return s
+
+
+def sd_connect(host, port):
+    """A redirected client, connected (over AF_SD or its TCP fallback)."""
+    c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.connect(c, host, port) == "OK"
+    return c
+
+
+def domain(s):
+    return s.getsockopt(socket.SOL_SOCKET, socket.SO_DOMAIN)
+
+
+def test_plain_tcp_listener_of_the_exact_address_takes_redirected_clients(
+        no_leak):
+    """An AF_SD listener on 0.0.0.0 and a plain TCP listener of the same
+    owner on 127.0.0.1 share a port (SO_REUSEPORT): a redirected client
+    of 127.0.0.1 goes to the plain one, as TCP's would, over TCP (reason
+    tcp_listener); one of 127.0.0.2 goes to the AF_SD one."""
+    sd_lst = sd_reuseport_listener("0.0.0.0", 0)
+    port = sockname(sd_lst)[1]
+    tcp_lst = tcp_reuseport_listener("127.0.0.1", port)
+    d = Delta()
+    c = sd_connect("127.0.0.1", port)
+    tcp_lst.settimeout(10)
+    a, peer = tcp_lst.accept()
+    assert peer[1] == sockname(c)[1]
+    c.sendall(b"to the plain one")
+    assert a.recv(64) == b"to the plain one"
+    got = d()
+    assert got["fallback_tcp_listener"] == 1, got
+    assert got["connects"] == 0 and got["accepts"] == 0, got
+    assert not select.select([sd_lst], [], [], 0)[0]
+
+    d = Delta()
+    c2 = sd_connect("127.0.0.2", port)
+    sd_lst.settimeout(10)
+    a2 = Family.accept(sd_lst)
+    assert domain(a2) == AF_SD
+    c2.sendall(b"to the AF_SD one")
+    assert a2.recv(64) == b"to the AF_SD one"
+    got = d()
+    assert got["connects"] == 1 and got["fallback_tcp_listener"] == 0, got
+    assert not select.select([tcp_lst], [], [], 0)[0]
+    for s in (c, a, c2, a2, tcp_lst, sd_lst):
+        s.close()
+
+
+def test_plain_tcp_listener_in_the_reuseport_group_gets_its_share(no_leak):
+    """An AF_SD listener and a plain TCP listener in one reuseport group:
+    TCP's hash of each redirected client's port chooses, the plain one's
+    clients come over TCP from the port that was hashed (so none lands on
+    the AF_SD listener's TCP side), and each gets some of 32."""
+    sd_lst = sd_reuseport_listener("127.0.0.1", 0)
+    port = sockname(sd_lst)[1]
+    tcp_lst = tcp_reuseport_listener("127.0.0.1", port)
+    d = Delta()
+    clients = [sd_connect("127.0.0.1", port) for _ in range(32)]
+    ports = {sockname(c)[1] for c in clients}
+    sd_got = tcp_got = 0
+    accepted = []
+
+    def accept_ready():
+        nonlocal sd_got, tcp_got
+        r, _, _ = select.select([sd_lst, tcp_lst], [], [], 1)
+        if sd_lst in r:
+            a = Family.accept(sd_lst)
+            assert domain(a) == AF_SD    # no TCP client on its TCP side
+            sd_got += 1
+            accepted.append(a)
+        if tcp_lst in r:
+            a, peer = tcp_lst.accept()
+            assert peer[1] in ports
+            tcp_got += 1
+            accepted.append(a)
+        return sd_got + tcp_got == len(clients)
+    # TCP queues a child when the client's last ACK has been processed.
+    assert wait_for(accept_ready, 60), (sd_got, tcp_got)
+    got = d()
+    assert got["fallback_tcp_listener"] == tcp_got, got
+    assert got["connects"] == sd_got, got
+    # 32 ports hashed over two sockets: all on one happens once in 2^31.
+    assert sd_got and tcp_got, (sd_got, tcp_got)
+    for s in clients + accepted + [tcp_lst, sd_lst]:
+        s.close()

@@ -44,6 +44,7 @@ std::string fallback_name(std::uint8_t f)
 	static constexpr const char *names[] = {
 		"none", "no_listener", "peer_no_sd", "no_rdma", "handshake", "policy", "tcp_client",
 		"remote", "peer_unknown", "busy", "auth",
+		"tcp_listener",
 	};
 	static_assert(std::size(names) == __SD_FALLBACK_MAX);
 	return f < std::size(names) ? names[f] : "fallback_" + std::to_string(f);

@@ -54,6 +54,7 @@ constexpr const char *names[] = {
 	"zc_pinned",
 	"fallback_auth",
 	"rdv_auth_failed",
+	"fallback_tcp_listener",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

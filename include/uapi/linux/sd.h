@@ -718,6 +718,9 @@ enum sd_fallback {
 					 * host's monitor did not prove it
 					 * holds the same one
 					 */
+	SD_FALLBACK_TCP_LISTENER,	/* a plain TCP listener that shares
+					 * the port is the one TCP chooses
+					 */
 	__SD_FALLBACK_MAX,
 };
 
@@ -787,6 +790,7 @@ enum sd_stat {
 	SD_STAT_RDV_AUTH_FAILED,	/* rendezvous messages that failed
 					 * authentication, either side
 					 */
+	SD_STAT_FALLBACK_TCP_LISTENER,	/* SD_FALLBACK_TCP_LISTENER */
 	__SD_STAT_MAX,
 };
 
