@@ -612,6 +612,38 @@ err:
 	return -EMSGSIZE;
 }
 
+/* Every feature this module has; none depends on a setting. */
+#define SD_FEATURES (BIT_ULL(SD_FEATURE_REDIRECT) |			\
+		     BIT_ULL(SD_FEATURE_ZEROCOPY) |			\
+		     BIT_ULL(SD_FEATURE_TCP_INQ) |			\
+		     BIT_ULL(SD_FEATURE_RENDEZVOUS) |			\
+		     BIT_ULL(SD_FEATURE_FABRIC_KEY) |			\
+		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE))
+
+static int sd_features_get(struct sk_buff *skb, struct genl_info *info)
+{
+	struct sk_buff *reply;
+	void *hdr;
+
+	BUILD_BUG_ON(__SD_FEATURE_MAX > 64);
+	reply = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
+	if (!reply)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(reply, info, &sd_genl_family, 0,
+				SD_CMD_FEATURES_GET);
+	if (!hdr)
+		goto err;
+	if (nla_put_string(reply, SD_A_MODULE_VERSION, SD_MODULE_VERSION) ||
+	    nla_put_u64_64bit(reply, SD_A_FEATURES, SD_FEATURES, SD_A_PAD))
+		goto err;
+	genlmsg_end(reply, hdr);
+	return genlmsg_reply(reply, info);
+
+err:
+	nlmsg_free(reply);
+	return -EMSGSIZE;
+}
+
 static const struct genl_ops sd_genl_ops[] = {
 	{
 		.cmd	= SD_CMD_SOCK_GET,
@@ -679,6 +711,12 @@ static const struct genl_ops sd_genl_ops[] = {
 		.policy	= sd_none_policy,
 		.maxattr = SD_A_MAX,
 		.flags	= GENL_UNS_ADMIN_PERM,
+	},
+	{
+		.cmd	= SD_CMD_FEATURES_GET,
+		.doit	= sd_features_get,
+		.policy	= sd_none_policy,
+		.maxattr = SD_A_MAX,
 	},
 };
 

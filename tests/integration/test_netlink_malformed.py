@@ -14,6 +14,7 @@ kernel log after every test) and must leave the family working."""
 import errno
 import hashlib
 import os
+import pathlib
 import random
 import socket
 import struct
@@ -29,6 +30,7 @@ from sdgenl import (NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
                     SD_A_RULE_UID_MAX, SD_A_RULE_UID_MIN, SD_A_SOCK_INODE,
                     SD_A_STATS, SD_ACTION_ALLOW, SD_ACTION_DENY, SD_ACTION_TCP,
                     SD_A_KEY, SD_A_KEY_FPR, SD_CMD_KEY_DEL, SD_CMD_KEY_GET,
+                    SD_A_FEATURES, SD_A_MODULE_VERSION, SD_CMD_FEATURES_GET,
                     SD_CMD_KEY_SET, SD_KEY_FPR_LEN,
                     SD_CMD_LISTENER_GET, SD_CMD_MAX, SD_CMD_RULE_ADD,
                     SD_CMD_RULE_DEL, SD_CMD_RULE_FLUSH, SD_CMD_RULE_GET,
@@ -452,6 +454,35 @@ def test_key_is_never_given_back(nl):
     assert r.err == 0 and parse_attrs(r.replies[0]) == {}, r
     r = refused(nl.request(SD_CMD_KEY_DEL), errno.ENOENT)
     assert r.extack, "no extended ACK message"
+
+
+# ---- features -----------------------------------------------------------
+
+# SD_FEATURE_*: redirect, zerocopy, tcp_inq, rendezvous, fabric_key,
+# rdma_bridge, all of which this module has.
+FEATURES = 0b111111
+
+
+def features(g):
+    r = g.request(SD_CMD_FEATURES_GET)
+    assert r.err == 0 and len(r.replies) == 1, r
+    return parse_attrs(r.replies[0])
+
+
+def test_features_answer_anyone_with_the_module_version(nl):
+    """Any user learns the module's version (as modinfo's) and features:
+    a program or daemon asks before it relies on one."""
+    for got in (features(nl), as_nobody(lambda: features(Genl()))):
+        assert set(got) - {SD_A_PAD} == {SD_A_MODULE_VERSION, SD_A_FEATURES}
+        version = pathlib.Path("/sys/module/af_sd/version").read_text()
+        assert got[SD_A_MODULE_VERSION] == version.strip().encode() + b"\0"
+        assert struct.unpack("=Q", got[SD_A_FEATURES])[0] == FEATURES
+
+
+def test_features_take_no_attributes_and_no_dump(nl):
+    refused(nl.request(SD_CMD_FEATURES_GET, attr_u32(SD_A_RULE_ID, 1)),
+            errno.EINVAL)
+    refused(nl.dump(SD_CMD_FEATURES_GET), errno.EOPNOTSUPP)
 
 
 def test_permission_is_checked_before_the_attributes(nl):

@@ -830,6 +830,9 @@ def test_version():
     assert v["family"] == "sd" and v["family_version"] == 1
     assert v["family_id"] > 0x10
     assert v["sdctl"] == v["libsd"]
+    modinfo = pathlib.Path("/sys/module/af_sd/version").read_text().strip()
+    assert v["module"] == modinfo
+    assert {"redirect", "zerocopy", "fabric_key"} <= set(v["features"])
     text = sdctl("version").stdout.splitlines()
     assert text[0].split()[0] == "sdctl"
 

@@ -92,6 +92,22 @@ const T *lookup(std::span<const T> table, std::string_view word, Name name)
 	return prefixed == 1 ? found : nullptr;
 }
 
+// The names of the SD_FEATURE_* bits set in mask, lowest first.
+std::vector<std::string> feature_names(std::uint64_t mask)
+{
+	static constexpr const char *names[] = {
+		"redirect", "zerocopy", "tcp_inq", "rendezvous", "fabric_key", "rdma_bridge",
+	};
+	static_assert(std::size(names) == __SD_FEATURE_MAX, "a name for every SD_FEATURE_*");
+	std::vector<std::string> out;
+	for (unsigned bit = 0; bit < 64; bit++) {
+		if (!(mask & (std::uint64_t{1} << bit)))
+			continue;
+		out.emplace_back(bit < std::size(names) ? names[bit] : "feature_" + std::to_string(bit));
+	}
+	return out;
+}
+
 int cmd_version(const Options &opt, Args args)
 {
 	if (!args.empty())
@@ -100,9 +116,11 @@ int cmd_version(const Options &opt, Args args)
 	// The family is asked first, so that a missing module leaves a
 	// complete document (the user-space versions) and exit status 1.
 	std::optional<Netlink> nl;
+	std::optional<Features> features;
 	std::string error;
 	try {
 		nl.emplace();
+		features = nl->features();
 	} catch (const Error &e) {
 		error = e.what();
 	}
@@ -114,6 +132,10 @@ int cmd_version(const Options &opt, Args args)
 			out.field("family", Netlink::family_name());
 			out.field("family_id", nl->family_id());
 			out.field("family_version", nl->family_version());
+		}
+		if (features) {
+			out.field("module", features->module);
+			out.field("features", feature_names(features->mask));
 		}
 	}
 	if (!error.empty())

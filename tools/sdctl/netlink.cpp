@@ -112,11 +112,12 @@ void init_policies()
 			    SD_A_RULE_UID_MIN, SD_A_RULE_UID_MAX, SD_A_RULE_GID_MIN, SD_A_RULE_GID_MAX})
 		attr_policy[a].type = NLA_U32;
 	for (const int a : {SD_A_SOCK_INODE, SD_A_SOCK_TX_BYTES, SD_A_SOCK_RX_BYTES, SD_A_SOCK_TX_MSGS,
-			    SD_A_SOCK_RX_MSGS, SD_A_RULE_HITS})
+			    SD_A_SOCK_RX_MSGS, SD_A_RULE_HITS, SD_A_FEATURES})
 		attr_policy[a].type = NLA_U64;
 	for (const int a : {SD_A_SOCK_LOCAL, SD_A_SOCK_PEER, SD_A_RULE_LOCAL, SD_A_RULE_REMOTE,
 			    SD_A_STATS})
 		attr_policy[a].type = NLA_NESTED;
+	attr_policy[SD_A_MODULE_VERSION].type = NLA_STRING;
 	addr_policy[SD_A_ADDR_IN6].minlen = 16;
 	addr_policy[SD_A_ADDR_PORT].type = NLA_U16;
 	addr_policy[SD_A_ADDR_PREFIX].type = NLA_U8;
@@ -647,6 +648,22 @@ std::optional<KeyFpr> Netlink::key_fingerprint()
 	if (!seen)
 		throw Error("key show: no reply from the kernel");
 	return out;
+}
+
+Features Netlink::features()
+{
+	std::optional<Features> out;
+	Exchange x;
+	x.cmd = SD_CMD_FEATURES_GET;
+	x.each = [&](nlattr **tb) {
+		if (!tb[SD_A_MODULE_VERSION] || !tb[SD_A_FEATURES])
+			throw Malformed("no SD_A_MODULE_VERSION or SD_A_FEATURES");
+		out = Features{nla_get_string(tb[SD_A_MODULE_VERSION]), nla_get_u64(tb[SD_A_FEATURES])};
+	};
+	talk(x);
+	if (!out)
+		throw Error("version: no reply from the kernel");
+	return *out;
 }
 
 } // namespace sdctl

@@ -96,6 +96,12 @@ struct Rule {
 // SD_CMD_KEY_GET: the fingerprint of the fabric key.
 using KeyFpr = std::array<std::uint8_t, 8>;
 
+// SD_CMD_FEATURES_GET: the module's version and mask of 1 << SD_FEATURE_*.
+struct Features {
+	std::string module;
+	std::uint64_t mask = 0;
+};
+
 // SD_CMD_STATS_GET: (SD_STAT_* number, value), in the kernel's order.
 using Stats = std::vector<std::pair<unsigned, std::uint64_t>>;
 
@@ -125,6 +131,9 @@ public:
 	void key_set(const std::vector<std::uint8_t> &key);
 	void key_del();
 	std::optional<KeyFpr> key_fingerprint();
+
+	// What the loaded module does (any user).
+	Features features();
 
 private:
 	struct SockFree {

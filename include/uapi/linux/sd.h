@@ -592,12 +592,36 @@ struct sd_zc_recv {
  *                          there was none)
  *   SD_CMD_KEY_GET         admin: no attributes; the reply carries
  *                          SD_A_KEY_FPR when a key is set, never the key
+ *   SD_CMD_FEATURES_GET    do: SD_A_MODULE_VERSION string and
+ *                          SD_A_FEATURES u64 (mask of 1 << SD_FEATURE_*)
  *
- * Replies to RULE_ADD, STATS_GET and KEY_GET carry their own command number.  A
+ * Replies to RULE_ADD, STATS_GET, KEY_GET and FEATURES_GET carry their own
+ * command number.  A
  * RULE_ADD beyond SD_RULES_MAX rules fails with ENOSPC; a position past
  * the end appends.  Dumps resume by position: an entry added or removed
  * between two parts of one dump may be missed or shown twice.
  */
+/*
+ * What the loaded module does, for programs and daemons that must know
+ * before they rely on it (SD_CMD_FEATURES_GET).  A bit is never reused: a
+ * feature that goes leaves its bit clear.
+ */
+enum sd_feature {
+	/* SD_PROTO_INET{,6} sockets, net.sd.redirect, fallback to TCP */
+	SD_FEATURE_REDIRECT,
+	/* SD_IOC_ZC_*, the page pool */
+	SD_FEATURE_ZEROCOPY,
+	/* TCP_INQ kept; SD_LOWAT_INQ in the ring */
+	SD_FEATURE_TCP_INQ,
+	/* the monitor meets other hosts' (net.sd.rendezvous_port) */
+	SD_FEATURE_RENDEZVOUS,
+	/* SD_CMD_KEY_*: the rendezvous is authenticated */
+	SD_FEATURE_FABRIC_KEY,
+	/* SD_RDMA_* options, SD_IOC_RDMA*: a process's bridge carries RDMA */
+	SD_FEATURE_RDMA_BRIDGE,
+	__SD_FEATURE_MAX,
+};
+
 #define SD_GENL_NAME		"sd"
 #define SD_GENL_VERSION		1
 
@@ -613,6 +637,7 @@ enum sd_cmd {
 	SD_CMD_KEY_SET,
 	SD_CMD_KEY_DEL,
 	SD_CMD_KEY_GET,
+	SD_CMD_FEATURES_GET,
 	__SD_CMD_MAX,
 };
 
@@ -658,6 +683,8 @@ enum sd_attr {
 	SD_A_STATS,		/* nest: SD_STAT_* u64 */
 	SD_A_KEY,		/* binary, SD_KEY_MIN_LEN..SD_KEY_MAX_LEN */
 	SD_A_KEY_FPR,		/* binary[SD_KEY_FPR_LEN] */
+	SD_A_MODULE_VERSION,	/* string */
+	SD_A_FEATURES,		/* u64: mask of 1 << SD_FEATURE_* */
 	__SD_A_MAX,
 };
 
