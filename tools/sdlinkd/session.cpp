@@ -145,12 +145,21 @@ Result<Message> Session::hello_in() noexcept
 	if (!v)
 		return fail(Err::NO_COMMON_VERSION);
 
-	std::array<std::uint8_t, LABEL_LEN + 2 * NONCE_LEN> in;
-	const Nonce &nc = role_ == Role::CONNECTING ? nonce_ : peer.nonce;
-	const Nonce &ns = role_ == Role::CONNECTING ? peer.nonce : nonce_;
+	// Both whole HELLO payloads, not only the nonces: versions offered
+	// and changed on the way make the keys differ, so a downgrade fails
+	// at the first authenticated frame.
+	constexpr std::size_t HELLO_LEN = payload_len(Type::HELLO);
+	Frame mine;
+	const Result<std::size_t> n = encode_frame(ours, HELLO_VERSION, mine.buf);
+	if (!n || *n != HEADER_LEN + HELLO_LEN || f->payload.size() != HELLO_LEN)
+		return fail(Err::FAILED);
+	const std::span<const std::uint8_t> our_payload{mine.buf.data() + HEADER_LEN, HELLO_LEN};
+	const bool connecting = role_ == Role::CONNECTING;
+	std::array<std::uint8_t, LABEL_LEN + 2 * HELLO_LEN> in;
 	std::memcpy(in.data(), LABEL, LABEL_LEN);
-	std::memcpy(in.data() + LABEL_LEN, nc.data(), NONCE_LEN);
-	std::memcpy(in.data() + LABEL_LEN + NONCE_LEN, ns.data(), NONCE_LEN);
+	std::memcpy(in.data() + LABEL_LEN, (connecting ? our_payload : f->payload).data(), HELLO_LEN);
+	std::memcpy(in.data() + LABEL_LEN + HELLO_LEN, (connecting ? f->payload : our_payload).data(),
+		    HELLO_LEN);
 	const int rc = crypto_generichash_blake2b(key_.data(), key_.size(), in.data(), in.size(),
 						  fabric_key_.data(), fabric_key_len_);
 	sodium_memzero(fabric_key_.data(), fabric_key_.size());

@@ -13,7 +13,11 @@
 //      both offer) and derives the session key
 //
 //        BLAKE2b-256, keyed with the fabric key, of
-//        "AF_SD sdlink v1" || nonce of the connecting side || nonce of the answering side
+//        "AF_SD sdlink v1" || HELLO payload of the connecting side
+//                          || HELLO payload of the answering side
+//
+//      (the payloads whole, nonces and versions offered, so that HELLOs
+//      changed on the way give the two sides different keys)
 //
 //      and forgets the fabric key.
 //   3. Every later frame ends in the tag
