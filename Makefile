@@ -84,8 +84,9 @@ debug-module: debug-kernel
 		echo "$$kdir" > $(DEBUG_BUILD)/kmod/.kdir; \
 	fi && \
 	cp -p $(DEBUG_KSRC) $(DEBUG_BUILD)/kmod/ && \
-	echo "nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules" && \
-	nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules && \
+	echo "nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi SD_VERSION_FILE=$(CURDIR)/VERSION KCFLAGS=-g modules" && \
+	nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi \
+		SD_VERSION_FILE=$(CURDIR)/VERSION KCFLAGS=-g modules && \
 	cp $(DEBUG_BUILD)/kmod/af_sd.ko $(DEBUG_BUILD)/af_sd.ko
 
 check-debug: user debug-module
