@@ -13,19 +13,27 @@
 #                         kmemleak, ...), built once into a cache outside
 #                         the tree; slow (see Documentation/testing.rst)
 #   make vm-shell CMD=..  run CMD in the test VM with the module loaded
-#   make install modules_install dkms-install style clean
+#   make install modules_install dkms-source dkms-install style clean
+#
+# The version of everything here is the one in VERSION.
 
 KVER    ?= $(shell scripts/kver 2>/dev/null)
 KDIR    ?= /lib/modules/$(KVER)/build
 BUILD   ?= $(CURDIR)/build
 PREFIX  ?= /usr/local
-VERSION := $(shell sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' dkms.conf)
+SD_VERSION := $(shell cat VERSION)
+ifeq ($(SD_VERSION),)
+$(error no version in $(CURDIR)/VERSION)
+endif
 
 USER_BUILD := $(BUILD)/user
+# The module's sources (not the generated *.mod.c), for builds from a copy.
+KSRC := kernel/Kbuild $(wildcard kernel/*.h) \
+	$(filter-out %.mod.c,$(wildcard kernel/*.c))
 CMAKE_TYPE ?= RelWithDebInfo
 
 .PHONY: all module user demo check check-unit check-host check-vm style \
-	install modules_install dkms-install dkms-remove clean vm-shell
+	install modules_install dkms-source dkms-install dkms-remove clean vm-shell
 
 all: module user
 
@@ -69,8 +77,6 @@ vm-shell: all
 # against it from a copy of kernel/ in build/debug/kmod, so the objects of
 # the normal build in kernel/ stay as they are.
 DEBUG_BUILD := $(BUILD)/debug
-DEBUG_KSRC  := kernel/Kbuild $(wildcard kernel/*.h) \
-	$(filter-out %.mod.c,$(wildcard kernel/*.c))
 
 .PHONY: debug-kernel debug-module check-debug
 
@@ -83,9 +89,10 @@ debug-module: debug-kernel
 		rm -rf $(DEBUG_BUILD)/kmod && mkdir -p $(DEBUG_BUILD)/kmod && \
 		echo "$$kdir" > $(DEBUG_BUILD)/kmod/.kdir; \
 	fi && \
-	cp -p $(DEBUG_KSRC) $(DEBUG_BUILD)/kmod/ && \
-	echo "nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules" && \
-	nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi KCFLAGS=-g modules && \
+	cp -p $(KSRC) $(DEBUG_BUILD)/kmod/ && \
+	echo "nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi SD_VERSION_FILE=$(CURDIR)/VERSION KCFLAGS=-g modules" && \
+	nice -n 19 $(MAKE) -C $$kdir M=$(DEBUG_BUILD)/kmod SD_UAPI=$(CURDIR)/include/uapi \
+		SD_VERSION_FILE=$(CURDIR)/VERSION KCFLAGS=-g modules && \
 	cp $(DEBUG_BUILD)/kmod/af_sd.ko $(DEBUG_BUILD)/af_sd.ko
 
 check-debug: user debug-module
@@ -103,16 +110,26 @@ modules_install: module
 	depmod -a $(KVER)
 
 # DKMS builds the module for every installed kernel, now and on upgrades.
-dkms-install:
-	rm -rf $(DESTDIR)/usr/src/af_sd-$(VERSION)
-	install -d $(DESTDIR)/usr/src/af_sd-$(VERSION)/kernel $(DESTDIR)/usr/src/af_sd-$(VERSION)/include/uapi/linux
-	install -m 644 dkms.conf $(DESTDIR)/usr/src/af_sd-$(VERSION)/
-	install -m 644 kernel/Kbuild kernel/*.c kernel/*.h $(DESTDIR)/usr/src/af_sd-$(VERSION)/kernel/
-	install -m 644 include/uapi/linux/sd.h $(DESTDIR)/usr/src/af_sd-$(VERSION)/include/uapi/linux/
-	dkms install af_sd/$(VERSION)
+# Its source tree: dkms.conf with PACKAGE_VERSION stamped from VERSION,
+# VERSION itself (kernel/Kbuild reads it), the module's sources and the
+# uapi header.  DKMS_SRC=DIR makes it elsewhere (tests/host/test_version.py).
+DKMS_SRC ?= $(DESTDIR)/usr/src/af_sd-$(SD_VERSION)
+
+dkms-source:
+	rm -rf $(DKMS_SRC)
+	install -d $(DKMS_SRC)/kernel $(DKMS_SRC)/include/uapi/linux
+	sed 's/"#MODULE_VERSION#"/"$(SD_VERSION)"/' dkms.conf > $(DKMS_SRC)/dkms.conf
+	grep -qx 'PACKAGE_VERSION="$(SD_VERSION)"' $(DKMS_SRC)/dkms.conf
+	chmod 644 $(DKMS_SRC)/dkms.conf
+	install -m 644 VERSION $(DKMS_SRC)/
+	install -m 644 $(KSRC) $(DKMS_SRC)/kernel/
+	install -m 644 include/uapi/linux/sd.h $(DKMS_SRC)/include/uapi/linux/
+
+dkms-install: dkms-source
+	dkms install af_sd/$(SD_VERSION)
 
 dkms-remove:
-	dkms remove af_sd/$(VERSION) --all
+	dkms remove af_sd/$(SD_VERSION) --all
 
 clean:
 	-$(MAKE) -C $(KDIR) M=$(CURDIR)/kernel clean

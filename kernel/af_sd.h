@@ -44,7 +44,10 @@
 #include <net/sock.h>
 #include <linux/sd.h>
 
-#define SD_MODULE_VERSION "0.2"
+/* The project's version, from VERSION at the top of the tree (Kbuild). */
+#ifndef SD_MODULE_VERSION
+#error "SD_MODULE_VERSION comes from VERSION through kernel/Kbuild"
+#endif
 
 struct sd_group;
 struct sd_link;

@@ -27,6 +27,7 @@ def broken_module(tmp_path_factory, mode):
             (src / f.name).symlink_to(f)
     subprocess.run(["make", "-s", "-C", kdir(), f"M={src}",
                     f"SD_UAPI={TOP / 'include' / 'uapi'}",
+                    f"SD_VERSION_FILE={TOP / 'VERSION'}",
                     f"SD_SELFTEST_BREAK={mode}", "modules"],
                    check=True, capture_output=True)
     return src / "af_sd.ko"
