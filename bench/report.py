@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Turn sdbench's JSON lines into bench/out/results.{json,md,png}.
 
-usage: bench/report.py [--out DIR] RAW_DIR_OR_FILES...
+usage: bench/report.py [--out DIR] [--remote FILE] RAW_DIR_OR_FILES...
 
 Reads every *.jsonl (one JSON object per line, as sdbench prints them, plus
 the meta lines bench/run adds) and libsd-trace.txt (the shim's trace of
@@ -22,14 +22,26 @@ Lines whose "where" is "pair" (bench/remote's remote.jsonl, in an input
 folder or given with --remote) make the "Between hosts" section instead:
 "remote" in results.json.
 
+results.md and results.json begin with what the run was: its commit, date
+and place, the kernel, the processor and the accelerator (run_info()).
+PLACE is $SD_BENCH_PLACE, else the place bench/run recorded, else this
+machine's short host name.
+
 See Documentation/bench.rst.
 """
 import argparse
 import datetime
 import json
+import os
 import pathlib
+import platform
+import re
+import socket
 import statistics
+import subprocess
 import sys
+
+TOP = pathlib.Path(__file__).resolve().parents[1]
 
 ORDER = ["shm", "libsd", "sd", "unix", "tcp"]
 NAMES = {
@@ -555,10 +567,71 @@ def where_title(where, meta):
             f"({m.get('cpu_model', '?')}), kernel {m.get('kernel', '?')}")
 
 
-def markdown(meta, records, skipped, fp, generated, targets=None, large=None):
-    md = ["# AF_SD benchmark", "",
+def place_name(s):
+    """s as a part of a file name: letters, digits, '.', '_' and '-'."""
+    s = re.sub(r"[^A-Za-z0-9._-]", "_", (s or "").strip()).strip("._")
+    return s or "unknown"
+
+
+def git_describe():
+    try:
+        out = subprocess.run(["git", "-C", str(TOP), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def cpu_model():
+    """This machine's processor: /proc/cpuinfo's first "model name"."""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def run_info(meta, rm, generated):
+    """What the run was, for the header: the meta line of bench/run (where
+    "run": date, place, commit), sdbench's (kernel, processor), bench/run's
+    guest and pair lines (accelerator, vCPUs, memory); what they lack is
+    taken from this machine and tree now."""
+    run, g, h = (meta.get(k, {}) for k in ("run", "guest", "host"))
+    p = (rm or {}).get("meta", {})
+    date = str(run.get("date") or generated)
+    day = date[:10] if re.fullmatch(r"\d{4}-\d{2}-\d{2}", date[:10]) else generated[:10]
+    place = place_name(os.environ.get("SD_BENCH_PLACE") or run.get("place")
+                       or socket.gethostname().split(".")[0])
+    host_kernel = h.get("kernel") or platform.release()
+    guest_kernel = g.get("kernel") or p.get("kernel")
+    kernel = (f"{guest_kernel} (guest); host {host_kernel}" if guest_kernel
+              else f"{host_kernel} (host)")
+    cpus = h.get("cpus") or os.cpu_count()
+    cpu = f"{h.get('cpu_model') or cpu_model()}, {cpus} CPUs"
+    accel = []
+    for what, m in (("guest", g), ("pair, per guest", p)):
+        if m.get("accel"):
+            accel.append(f"{m['accel']}, {m.get('vcpus', '?')} vCPUs, "
+                         f"{m.get('memory', '?')} memory ({what})")
+    return {"commit": run.get("commit") or git_describe(), "date": date, "day": day,
+            "place": place, "kernel": kernel, "cpu": cpu,
+            "accelerator": "; ".join(accel) or "none (no guest in this run)"}
+
+
+def header_md(info):
+    return [f"- commit: `{info['commit']}`", f"- date: {info['date']}",
+            f"- place: {info['place']}", f"- kernel: {info['kernel']}",
+            f"- CPU: {info['cpu']}", f"- accelerator: {info['accelerator']}", ""]
+
+
+def markdown(meta, records, skipped, fp, generated, info, targets=None,
+             large=None):
+    md = [f"# AF_SD benchmark: {info['day']}, {info['place']}", "",
           f"Generated {generated} by `make bench` (bench/run, bench/report.py); "
           "see Documentation/bench.rst.", ""]
+    md += header_md(info)
     g = meta.get("guest", {})
     accel = g.get("accel", "unknown").upper()
     md += [f"**The guest figures are guest ({accel}) figures.** Under TCG every "
@@ -649,7 +722,6 @@ def markdown(meta, records, skipped, fp, generated, targets=None, large=None):
             md += [f"Skipped: {d['where']} {d['transport']}: {d['skipped']}."]
     if skipped:
         md += [""]
-    md += ["Plot: results.png.  Raw lines: raw/."]
     return "\n".join(md) + "\n"
 
 
@@ -1117,6 +1189,7 @@ def main():
     large = large_messages(lines, fp)
     app_rows, app_failed = apps_table(read_apps(args.inputs))
     generated = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    info = run_info(meta, rm, generated)
 
     results = []
     for key in sorted(records, key=lambda k: (k[0], rank(k[1]), k[2])):
@@ -1129,7 +1202,7 @@ def main():
 
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"generated": generated,
+    doc = {"generated": generated, "run": info,
            "note": "guest figures come from a QEMU guest (see meta.guest.accel; "
                    "TCG makes system calls dearer than on hardware); compare "
                    "against the raw shared-memory queue (transport shm)",
@@ -1139,11 +1212,10 @@ def main():
     if rm:
         doc["remote"] = rm
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "results.md").write_text(markdown(meta, records, skipped, fp, generated,
-                                             targets, large) +
-                                    "\n".join(apps_md(app_rows, app_failed)) + "\n" +
-                                    ("\n" + "\n".join(remote_md(rm, meta)) + "\n"
-                                     if rm else ""))
+    body = (markdown(meta, records, skipped, fp, generated, info, targets, large) +
+            "\n".join(apps_md(app_rows, app_failed)) + "\n" +
+            ("\n" + "\n".join(remote_md(rm, meta)) + "\n" if rm else ""))
+    (out / "results.md").write_text(body + "\nPlot: results.png.  Raw lines: raw/.\n")
     wrote = bool(records) and plot(records, fp, out / "results.png")
     print(f"report: wrote {out}/results.json, results.md"
           + (", results.png" if wrote else ""), file=sys.stderr)
