@@ -642,23 +642,27 @@ def markdown(meta, records, skipped, fp, generated, info, targets=None,
     md += header_md(info)
     g = meta.get("guest", {})
     accel = g.get("accel", "unknown").upper()
-    md += [f"**The guest figures are guest ({accel}) figures.** Under TCG every "
-           "system call costs several times what it costs on hardware while "
-           "user-space memory traffic does not, so a ratio against a kernel path "
-           "flatters AF_SD and libsd in the guest; the ratio against the raw "
-           "shared-memory queue is the honest one.  The host section measures the "
-           "same ring code natively (no module) against AF_UNIX and TCP.", ""]
-    if fp is None:
-        md += ["libsd: no probe trace, fast-path status unknown.", ""]
-    elif not fp["enabled"]:
-        md += [f"**libsd: {NOT_ENABLED}.**  The probe run under sdrun reached the "
-               f"shim's data hooks {fp['data_calls_hooked']} times and they handled "
-               f"{fp['data_calls_handled']}.  The libsd rows below are therefore not "
-               "libsd results; they show that the shim adds no measurable cost to the "
-               "system-call path.", ""]
-    else:
-        md += [f"libsd: fast path enabled (the probe's data hooks handled "
-               f"{fp['data_calls_handled']} of {fp['data_calls_hooked']} calls).", ""]
+    # A run of the host part alone (sdbench by hand) has no guest to warn
+    # of, and no libsd.
+    if g or any(k[0] == "guest" for k in records):
+        md += [f"**The guest figures are guest ({accel}) figures.** Under TCG every "
+               "system call costs several times what it costs on hardware while "
+               "user-space memory traffic does not, so a ratio against a kernel path "
+               "flatters AF_SD and libsd in the guest; the ratio against the raw "
+               "shared-memory queue is the honest one.  The host section measures the "
+               "same ring code natively (no module) against AF_UNIX and TCP.", ""]
+        if fp is None:
+            md += ["libsd: no probe trace, fast-path status unknown.", ""]
+        elif not fp["enabled"]:
+            md += [f"**libsd: {NOT_ENABLED}.**  The probe run under sdrun reached the "
+                   f"shim's data hooks {fp['data_calls_hooked']} times and they "
+                   f"handled {fp['data_calls_handled']}.  The libsd rows below are "
+                   "therefore not libsd results; they show that the shim adds no "
+                   "measurable cost to the system-call path.", ""]
+        else:
+            md += [f"libsd: fast path enabled (the probe's data hooks handled "
+                   f"{fp['data_calls_handled']} of {fp['data_calls_hooked']} calls).",
+                   ""]
     md += targets_md(targets)
     md += ["Round trip: a message of the size goes to the peer process, which sends "
            "it back; median (p99 in parentheses), in microseconds.  Throughput: one "
@@ -1224,10 +1228,12 @@ def main():
         doc["remote"] = rm
     (out / "results.json").write_text(json.dumps(doc, indent=1) + "\n")
     body = (markdown(meta, records, skipped, fp, generated, info, targets, large) +
-            "\n".join(apps_md(app_rows, app_failed)) + "\n" +
+            ("\n".join(apps_md(app_rows, app_failed)) + "\n"
+             if app_rows or app_failed else "") +
             ("\n" + "\n".join(remote_md(rm, meta)) + "\n" if rm else ""))
-    (out / "results.md").write_text(body + "\nPlot: results.png.  Raw lines: raw/.\n")
     wrote = bool(records) and plot(records, fp, out / "results.png")
+    (out / "results.md").write_text(body + "\n" + ("Plot: results.png.  " if wrote else "")
+                                    + "Raw lines: raw/.\n")
     print(f"report: wrote {out}/results.json, results.md"
           + (", results.png" if wrote else ""), file=sys.stderr)
     if args.keep:
