@@ -257,8 +257,8 @@ def targets_md(t):
            f"(target ≤ {RTT_TARGET}×: {'met' if t['rtt_met'] else 'not met'}); "
            f"median throughput **{100 * t['tput_ratio_median']:.0f} %** of the ring "
            f"(target ≥ {100 * TPUT_TARGET:.0f} %: "
-           f"{'met' if t['tput_met'] else 'not met'}).  Where the time goes: "
-           "Documentation/bench.rst.", ""]
+           f"{'met' if t['tput_met'] else 'not met'}).  How to find where the "
+           "time goes: Documentation/bench.rst, \"Reading the results\".", ""]
     return md
 
 
@@ -977,7 +977,8 @@ def remote_targets(rows, many=None):
         t["polling"] = polling
     # The means, beside the verdict (which is the medians'): a program that
     # busy-polls, as ib_write_lat does, has its slow round trips in a tail
-    # that the median does not see (bench.rst, "Where a round trip goes").
+    # that the median does not see (Documentation/bench.rst, "Between
+    # hosts").
     sd_mean = value(("sd-rdma", "sockperf"), rtt, "rtt_us_avg")
     for name, key in (("rdma_write", ("rdma-write", None)),
                       ("rsocket", ("rsocket", rs_prog))):
