@@ -12,6 +12,10 @@
 #   make check-debug      the VM suite on the debug kernel (KASAN, lockdep,
 #                         kmemleak, ...), built once into a cache outside
 #                         the tree; slow (see Documentation/testing.rst)
+#   make bench            the benchmark: host part, guest part, two guests;
+#                         writes bench/out/ (Documentation/bench.rst)
+#   make bench-keep       the last run's report into bench/results/DATE-PLACE.md,
+#                         to commit when the run is worth keeping
 #   make vm-shell CMD=..  run CMD in the test VM with the module loaded
 #   make install modules_install dkms-source dkms-install style clean
 #
@@ -63,10 +67,16 @@ check-host: all
 check-vm: all
 	scripts/check vm
 
-# Benchmark: host part natively, guest part in the VM; see Documentation/bench.rst.
-.PHONY: bench
+# Benchmark: host part natively, guest part in the VM, pair part in two
+# VMs; see Documentation/bench.rst.  bench-keep renders the last run's raw
+# lines again (nothing is measured) into bench/results/DATE-PLACE.md.
+.PHONY: bench bench-keep
 bench: all
 	bench/run
+
+bench-keep:
+	@test -d bench/out/raw || { echo "bench-keep: no run in bench/out/raw: make bench first" >&2; exit 1; }
+	/usr/bin/python3 bench/report.py --out bench/out --keep bench/results bench/out/raw
 
 vm-shell: all
 	tests/vm/run -- sh -c '$(CMD)'
