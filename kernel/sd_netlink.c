@@ -535,36 +535,57 @@ static int sd_rule_flush(struct sk_buff *skb, struct genl_info *info)
 	return 0;
 }
 
-static int sd_stats_get(struct sk_buff *skb, struct genl_info *info)
+/*
+ * Answer a do command with one message carrying its command number, whose
+ * attributes @fill puts (0, or -EMSGSIZE when they do not fit).
+ */
+static int sd_reply(struct genl_info *info,
+		    int (*fill)(struct sk_buff *reply, struct genl_info *info))
 {
-	struct sd_net *sn = sd_net(genl_info_net(info));
 	struct sk_buff *reply;
-	struct nlattr *nest;
 	void *hdr;
-	int i;
+	int err;
 
 	reply = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
 	if (!reply)
 		return -ENOMEM;
+	err = -EMSGSIZE;
 	hdr = genlmsg_put_reply(reply, info, &sd_genl_family, 0,
-				SD_CMD_STATS_GET);
+				info->genlhdr->cmd);
 	if (!hdr)
 		goto err;
-	nest = nla_nest_start(reply, SD_A_STATS);
-	if (!nest)
+	err = fill(reply, info);
+	if (err)
 		goto err;
-	/* Type 0 (SD_STAT_UNSPEC) pads the 64-bit values. */
-	for (i = SD_STAT_UNSPEC + 1; i <= SD_STAT_MAX; i++)
-		if (nla_put_u64_64bit(reply, i, atomic64_read(&sn->stats[i]),
-				      SD_STAT_UNSPEC))
-			goto err;
-	nla_nest_end(reply, nest);
 	genlmsg_end(reply, hdr);
 	return genlmsg_reply(reply, info);
 
 err:
 	nlmsg_free(reply);
-	return -EMSGSIZE;
+	return err;
+}
+
+static int sd_stats_fill(struct sk_buff *reply, struct genl_info *info)
+{
+	struct sd_net *sn = sd_net(genl_info_net(info));
+	struct nlattr *nest;
+	int i;
+
+	nest = nla_nest_start(reply, SD_A_STATS);
+	if (!nest)
+		return -EMSGSIZE;
+	/* Type 0 (SD_STAT_UNSPEC) pads the 64-bit values. */
+	for (i = SD_STAT_UNSPEC + 1; i <= SD_STAT_MAX; i++)
+		if (nla_put_u64_64bit(reply, i, atomic64_read(&sn->stats[i]),
+				      SD_STAT_UNSPEC))
+			return -EMSGSIZE;
+	nla_nest_end(reply, nest);
+	return 0;
+}
+
+static int sd_stats_get(struct sk_buff *skb, struct genl_info *info)
+{
+	return sd_reply(info, sd_stats_fill);
 }
 
 static int sd_key_set_cmd(struct sk_buff *skb, struct genl_info *info)
@@ -587,29 +608,19 @@ static int sd_key_del_cmd(struct sk_buff *skb, struct genl_info *info)
 }
 
 /* The fingerprint only: the key itself never leaves the kernel. */
+static int sd_key_fpr_fill(struct sk_buff *reply, struct genl_info *info)
+{
+	u8 fpr[SD_KEY_FPR_LEN];
+
+	if (sd_key_get_fpr(sd_net(genl_info_net(info)), fpr) &&
+	    nla_put(reply, SD_A_KEY_FPR, sizeof(fpr), fpr))
+		return -EMSGSIZE;
+	return 0;
+}
+
 static int sd_key_get_cmd(struct sk_buff *skb, struct genl_info *info)
 {
-	struct sd_net *sn = sd_net(genl_info_net(info));
-	u8 fpr[SD_KEY_FPR_LEN];
-	struct sk_buff *reply;
-	void *hdr;
-
-	reply = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
-	if (!reply)
-		return -ENOMEM;
-	hdr = genlmsg_put_reply(reply, info, &sd_genl_family, 0,
-				SD_CMD_KEY_GET);
-	if (!hdr)
-		goto err;
-	if (sd_key_get_fpr(sn, fpr) &&
-	    nla_put(reply, SD_A_KEY_FPR, sizeof(fpr), fpr))
-		goto err;
-	genlmsg_end(reply, hdr);
-	return genlmsg_reply(reply, info);
-
-err:
-	nlmsg_free(reply);
-	return -EMSGSIZE;
+	return sd_reply(info, sd_key_fpr_fill);
 }
 
 /* Every feature this module has; none depends on a setting. */
@@ -620,28 +631,18 @@ err:
 		     BIT_ULL(SD_FEATURE_FABRIC_KEY) |			\
 		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE))
 
-static int sd_features_get(struct sk_buff *skb, struct genl_info *info)
+static int sd_features_fill(struct sk_buff *reply, struct genl_info *info)
 {
-	struct sk_buff *reply;
-	void *hdr;
-
 	BUILD_BUG_ON(__SD_FEATURE_MAX > 64);
-	reply = genlmsg_new(NLMSG_GOODSIZE, GFP_KERNEL);
-	if (!reply)
-		return -ENOMEM;
-	hdr = genlmsg_put_reply(reply, info, &sd_genl_family, 0,
-				SD_CMD_FEATURES_GET);
-	if (!hdr)
-		goto err;
 	if (nla_put_string(reply, SD_A_MODULE_VERSION, SD_MODULE_VERSION) ||
 	    nla_put_u64_64bit(reply, SD_A_FEATURES, SD_FEATURES, SD_A_PAD))
-		goto err;
-	genlmsg_end(reply, hdr);
-	return genlmsg_reply(reply, info);
+		return -EMSGSIZE;
+	return 0;
+}
 
-err:
-	nlmsg_free(reply);
-	return -EMSGSIZE;
+static int sd_features_get(struct sk_buff *skb, struct genl_info *info)
+{
+	return sd_reply(info, sd_features_fill);
 }
 
 static const struct genl_ops sd_genl_ops[] = {
