@@ -618,7 +618,8 @@ err:
 		     BIT_ULL(SD_FEATURE_TCP_INQ) |			\
 		     BIT_ULL(SD_FEATURE_RENDEZVOUS) |			\
 		     BIT_ULL(SD_FEATURE_FABRIC_KEY) |			\
-		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE))
+		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE) |			\
+		     BIT_ULL(SD_FEATURE_LINK_DAEMON))
 
 static int sd_features_get(struct sk_buff *skb, struct genl_info *info)
 {
