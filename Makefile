@@ -133,7 +133,7 @@ dkms-source:
 	chmod 644 $(DKMS_SRC)/dkms.conf
 	install -m 644 VERSION $(DKMS_SRC)/
 	install -m 644 $(KSRC) $(DKMS_SRC)/kernel/
-	install -m 644 include/uapi/linux/sd.h $(DKMS_SRC)/include/uapi/linux/
+	install -m 644 include/uapi/linux/sd.h include/uapi/linux/sd_link.h $(DKMS_SRC)/include/uapi/linux/
 
 dkms-install: dkms-source
 	dkms install af_sd/$(SD_VERSION)

@@ -177,6 +177,12 @@ struct sd_conn {
 	 * The next bridge drops it.  Under lock.
 	 */
 	struct pid		*heir;
+	/*
+	 * Made through the link daemon's listener (sd_connect_via()): the
+	 * waiting connect's id, which the daemon reads on its end
+	 * (SD_LINK_ID), never 0; set before the connection is queued.
+	 */
+	u64			link_id;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
@@ -259,6 +265,8 @@ struct sd_sock {
 	 * file points at tcp: every call the socket still gets goes there.
 	 */
 	sa_family_t		redirected;
+	/* A connect through the link daemon, for sd_conn_establish(). */
+	u64			link_id;
 	bool			use_tcp;
 	u8			fallback;	/* SD_FALLBACK_*, with use_tcp */
 	bool			tcp_hooked;	/* tcp's callbacks forward */
@@ -412,6 +420,12 @@ struct sd_net {
 	unsigned int		nr_rdv_jobs;
 	bool			rdv_dying;	/* no new jobs: netns exit */
 
+	/* The link daemon (sd_link.c): all under link_lock. */
+	spinlock_t		link_lock;
+	u32			link_portid;	/* its netlink socket, or 0 */
+	u64			link_next_id;
+	struct list_head	link_waits;	/* struct sd_link_wait */
+
 	/* The fabric key (sd_auth.c), never shown: key_fpr stands for it. */
 	spinlock_t		key_lock;	/* key, key_len, key_fpr */
 	u8			key[SD_KEY_MAX_LEN];
@@ -542,6 +556,15 @@ int sd_rule_insert(struct sd_net *sn, struct sd_rule *rule, u32 pos);
 int sd_rule_delete(struct sd_net *sn, u32 id);
 void sd_rules_flush(struct sd_net *sn);
 void sd_current_ids(kuid_t *uid, kgid_t *gid);
+
+/* sd_link.c */
+int sd_link_init(void);
+void sd_link_exit(void);
+void sd_link_net_init(struct sd_net *sn);
+bool sd_link_serves(struct net *net);
+int sd_link_ask(struct net *net, const struct sd_addr *src,
+		const struct sd_addr *dst, kuid_t uid, kgid_t gid, long timeo,
+		u64 *id, u8 *v, u8 *reason, struct sock **via);
 
 /* sd_auth.c: the fabric key, and the sessions of the rendezvous */
 #define SD_RDV_NONCE_LEN	16

@@ -24,6 +24,8 @@
 #include <net/sock.h>
 #include <net/tcp_states.h>
 
+#include <linux/sd_link.h>
+
 #include "af_sd.h"
 
 /* ---- addresses ---------------------------------------------------- */
@@ -1181,6 +1183,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	conn = sd_conn_alloc(net, sk);
 	if (!conn)
 		return -ENOMEM;
+	conn->link_id = ss->link_id;
 	child = sd_child_new(net, g, conn, &srv, &ss->local);
 	if (!child) {
 		sd_conn_put(conn);
@@ -1648,6 +1651,143 @@ static int sd_connect_tcp(struct sock *sk, struct sockaddr *uaddr,
 	return err;
 }
 
+/* The source address a packet from this namespace to @dst would carry. */
+static int sd_route_src(struct net *net, const struct in6_addr *dst,
+			struct in6_addr *src)
+{
+	if (sd_addr_is_v4(dst)) {
+		struct flowi4 fl4 = { .daddr = dst->s6_addr32[3] };
+		struct rtable *rt = ip_route_output_key(net, &fl4);
+
+		if (IS_ERR(rt))
+			return PTR_ERR(rt);
+		ip_rt_put(rt);
+		ipv6_addr_set_v4mapped(fl4.saddr, src);
+		return 0;
+	}
+#if IS_ENABLED(CONFIG_IPV6)
+	return ipv6_dev_get_saddr(net, NULL, dst, 0, src);
+#else
+	return -EAFNOSUPPORT;
+#endif
+}
+
+/*
+ * Connect @sk to another host's @dst through the link daemon: into the
+ * queue of its listener @via, as a local connect, whose peer then shows
+ * @dst.  0 when connected.  Called with @sk locked.
+ */
+static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
+			  struct sock *via, u64 id)
+{
+	struct sd_sock *ss = sd_sk(sk), *ls = sd_sk(via);
+	long timeo = sock_sndtimeo(sk, false);
+	struct sd_group *g = NULL;
+	struct sd_addr any = {}, srv;
+	bool autobound = false;
+	int err;
+
+	/* Two sockets of one class: the listener nests in the client. */
+	lock_sock_nested(via, SINGLE_DEPTH_NESTING);
+	if (via->sk_state == TCP_LISTEN && ls->group) {
+		g = ls->group;
+		refcount_inc(&g->ref);
+		srv = ls->local;
+	}
+	release_sock(via);
+	if (!g)
+		return -ECONNREFUSED;
+	/* A wildcard listener is reached at loopback, as any local one. */
+	if (sd_addr_any(&srv.addr)) {
+		if (sd_addr_is_v4(&srv.addr))
+			ipv6_addr_set_v4mapped(htonl(INADDR_LOOPBACK),
+					       &srv.addr);
+		else
+			srv.addr = in6addr_loopback;
+	}
+
+	if (!ss->bound) {
+		err = sd_route_src(sock_net(sk), &dst->addr, &any.addr);
+		if (err)
+			goto out;
+		err = sd_autobind(sk, ss->redirected, &any, true);
+		if (err)
+			goto out;
+		autobound = true;
+	}
+	ss->link_id = id;
+	err = sd_conn_establish(sk, g, &srv, &timeo);
+	ss->link_id = 0;
+	if (err) {
+		if (autobound)
+			sd_autounbind(sk);
+		goto out;
+	}
+	ss->peer = *dst;
+	sd_set_state(sk, TCP_ESTABLISHED);
+	sk->sk_state_change(sk);
+out:
+	sd_group_put(g);
+	return err;
+}
+
+/*
+ * A redirected connect to another host, in a namespace whose link daemon
+ * serves it (sd_link.c): the daemon's verdict.  0 when connected
+ * through the daemon, -ECONNREFUSED with @reason set for TCP
+ * (SD_FALLBACK_NONE: refused), or the error of the wait.  Called with
+ * @sk locked; other calls on the socket wait for it, as for a rendezvous.
+ */
+static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
+			   bool nonblock, u8 *reason)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sd_addr any = {};
+	struct sock *via;
+	long timeo = 0;
+	kuid_t uid;
+	kgid_t gid;
+	u64 id;
+	u8 v;
+	int err;
+
+	/*
+	 * A non-blocking connect does not wait: the daemon hears of it and
+	 * learns, and the connect goes over TCP now (peer_unknown), as with
+	 * the monitors' rendezvous.  A blocking one waits, bounded by the
+	 * rendezvous's own bound too: a daemon that does not answer in time
+	 * is a failed rendezvous.
+	 */
+	if (!nonblock)
+		timeo = min_t(long, sock_sndtimeo(sk, false),
+			      msecs_to_jiffies(READ_ONCE(sn->rdv_timeout_ms)));
+	sd_current_ids(&uid, &gid);
+	err = sd_link_ask(sock_net(sk), &any, dst, uid, gid, timeo, &id, &v,
+			  reason, &via);
+	if (err == -ETIMEDOUT) {
+		*reason = SD_FALLBACK_HANDSHAKE;
+		return -ECONNREFUSED;
+	}
+	if (err)
+		return err;
+	switch (v) {
+	case SD_LINK_TCP:
+		return -ECONNREFUSED;
+	case SD_LINK_REFUSE:
+		*reason = SD_FALLBACK_NONE;
+		return -ECONNREFUSED;
+	case SD_LINK_VIA:
+		err = sd_connect_via(sk, dst, via, id);
+		sock_put(via);
+		return err;
+	default:
+		/* Not awaited, or the daemon went meanwhile. */
+		*reason = nonblock ? SD_FALLBACK_PEER_UNKNOWN :
+				     SD_FALLBACK_REMOTE;
+		return -ECONNREFUSED;
+	}
+}
+
 /*
  * Wait, up to SO_SNDTIMEO, for another thread's connect that waits for
  * backlog room (sd_conn_establish()) to end.  0 when it ended (or the time
@@ -1803,6 +1943,15 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 			else if (err < 0)
 				goto out;
 			err = -ECONNREFUSED;
+		} else if (ss->redirected && sd_link_serves(net)) {
+			ss->family = family;
+			err = sd_connect_link(sk, &dst, nonblock, &reason);
+			if (!err) {
+				sd_stat_inc(net, SD_STAT_CONNECTS);
+				goto connected;
+			}
+			if (err != -ECONNREFUSED)
+				goto out;
 		} else if (ss->redirected) {
 			err = sd_remote_ask(net, &dst, nonblock, &reason);
 			if (err)

@@ -15,6 +15,8 @@
 #include <net/sock.h>
 #include <net/tcp_states.h>
 
+#include <linux/sd_link.h>
+
 #include "af_sd.h"
 
 /* The writer may go on when this much is free: a header and some bytes. */
@@ -1274,6 +1276,35 @@ static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
 	return 0;
 }
 
+/* SD_LINK_ID: which of the link daemon's connects made this connection. */
+static int sd_get_link_id(struct sock *sk, char __user *optval,
+			  int __user *optlen)
+{
+	struct sd_conn *conn;
+	int len, err;
+	u64 id = 0;
+
+	if (get_user(len, optlen))
+		return -EFAULT;
+	if (len < (int)sizeof(id))
+		return -EINVAL;
+	lock_sock(sk);
+	conn = sd_sk(sk)->conn;
+	err = -ENOTCONN;
+	if (conn) {
+		/* The daemon's end only: the accepted one. */
+		id = sd_sk(sk)->side == 1 ? conn->link_id : 0;
+		err = id ? 0 : -ENOENT;
+	}
+	release_sock(sk);
+	if (err)
+		return err;
+	len = sizeof(id);
+	if (put_user(len, optlen) || copy_to_user(optval, &id, len))
+		return -EFAULT;
+	return 0;
+}
+
 int sd_getsockopt(struct socket *sock, int level, int optname,
 		  char __user *optval, int __user *optlen)
 {
@@ -1288,6 +1319,8 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		return sd_get_mmap_offsets(sk, optval, optlen);
 	if (level == SOL_SD && optname == SD_RDMA_PEER)
 		return sd_rdma_get_peer(sk, optval, optlen);
+	if (level == SOL_SD && optname == SD_LINK_ID)
+		return sd_get_link_id(sk, optval, optlen);
 	/* TCP_NODELAY and TCP_INQ are kept here, the rest by TCP. */
 	if (level != SOL_SD && sd_sk(sk)->redirected &&
 	    !sd_tcp_opt_kept(level, optname))

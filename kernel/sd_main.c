@@ -16,6 +16,8 @@
 #include <net/netns/generic.h>
 #include <net/sock.h>
 
+#include <linux/sd_link.h>
+
 #include "af_sd.h"
 
 /* Read-only: lets user space check the family number of this module. */
@@ -108,6 +110,14 @@ static int sd_release(struct socket *sock)
 		 */
 		abort = sd_rx_unread(ss) ||
 			(sock_flag(sk, SOCK_LINGER) && !sk->sk_lingertime);
+		/*
+		 * The link daemon's end of a connection to another host,
+		 * closed as the daemon exits (or is killed): the host is out
+		 * of reach, so the program sees a reset, not an end.
+		 */
+		if (ss->side == 1 && ss->conn->link_id &&
+		    (current->flags & PF_EXITING))
+			abort = true;
 		sd_conn_close(sk, abort);
 	}
 	/* Out of the tables before the connection goes (sdctl reads it). */
@@ -210,6 +220,7 @@ static int __net_init sd_net_init(struct net *net)
 	sn->ring_size_max = 4 * 1024 * 1024;
 	sn->default_policy = SD_ACTION_ALLOW;
 	sd_auth_net_init(sn);
+	sd_link_net_init(sn);
 	sd_remote_net_init(net, sn);
 	return sd_sysctl_register(net, sn);
 }
@@ -257,9 +268,13 @@ static int __init sd_init(void)
 	if (err)
 		goto out_pernet;
 
-	err = sock_register(&sd_family_ops);
+	err = sd_link_init();
 	if (err)
 		goto out_netlink;
+
+	err = sock_register(&sd_family_ops);
+	if (err)
+		goto out_link;
 
 #if defined(SD_SELFTEST_BREAK) && SD_SELFTEST_BREAK == 1
 	/* Harness self-test: a splat the harness must catch. */
@@ -269,6 +284,8 @@ static int __init sd_init(void)
 		PF_SD);
 	return 0;
 
+out_link:
+	sd_link_exit();
 out_netlink:
 	sd_netlink_exit();
 out_pernet:
@@ -286,6 +303,7 @@ out:
 static void __exit sd_exit(void)
 {
 	sock_unregister(PF_SD);
+	sd_link_exit();
 	sd_netlink_exit();
 	unregister_pernet_subsys(&sd_net_ops);
 	sd_remote_exit();
@@ -303,3 +321,4 @@ MODULE_DESCRIPTION("AF_SD shared-memory and RDMA stream sockets");
 MODULE_VERSION(SD_MODULE_VERSION);
 MODULE_ALIAS_NETPROTO(PF_SD);
 MODULE_ALIAS_GENL_FAMILY(SD_GENL_NAME);
+MODULE_ALIAS_GENL_FAMILY(SD_LINK_GENL_NAME);

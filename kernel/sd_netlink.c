@@ -629,7 +629,8 @@ static int sd_key_get_cmd(struct sk_buff *skb, struct genl_info *info)
 		     BIT_ULL(SD_FEATURE_TCP_INQ) |			\
 		     BIT_ULL(SD_FEATURE_RENDEZVOUS) |			\
 		     BIT_ULL(SD_FEATURE_FABRIC_KEY) |			\
-		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE))
+		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE) |			\
+		     BIT_ULL(SD_FEATURE_LINK_DAEMON))
 
 static int sd_features_fill(struct sk_buff *reply, struct genl_info *info)
 {

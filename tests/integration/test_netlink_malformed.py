@@ -459,8 +459,8 @@ def test_key_is_never_given_back(nl):
 # ---- features -----------------------------------------------------------
 
 # SD_FEATURE_*: redirect, zerocopy, tcp_inq, rendezvous, fabric_key,
-# rdma_bridge, all of which this module has.
-FEATURES = 0b111111
+# rdma_bridge, link_daemon, all of which this module has.
+FEATURES = 0b1111111
 
 
 def features(g):

@@ -97,6 +97,7 @@ std::vector<std::string> feature_names(std::uint64_t mask)
 {
 	static constexpr const char *names[] = {
 		"redirect", "zerocopy", "tcp_inq", "rendezvous", "fabric_key", "rdma_bridge",
+		"link_daemon",
 	};
 	static_assert(std::size(names) == __SD_FEATURE_MAX, "a name for every SD_FEATURE_*");
 	std::vector<std::string> out;

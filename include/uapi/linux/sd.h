@@ -619,6 +619,8 @@ enum sd_feature {
 	SD_FEATURE_FABRIC_KEY,
 	/* SD_RDMA_* options, SD_IOC_RDMA*: a process's bridge carries RDMA */
 	SD_FEATURE_RDMA_BRIDGE,
+	/* the "sd_link" family: a link daemon decides remote connects */
+	SD_FEATURE_LINK_DAEMON,
 	__SD_FEATURE_MAX,
 };
 
