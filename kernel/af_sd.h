@@ -265,8 +265,6 @@ struct sd_sock {
 	 * file points at tcp: every call the socket still gets goes there.
 	 */
 	sa_family_t		redirected;
-	/* A connect through the link daemon, for sd_conn_establish(). */
-	u64			link_id;
 	bool			use_tcp;
 	u8			fallback;	/* SD_FALLBACK_*, with use_tcp */
 	bool			tcp_hooked;	/* tcp's callbacks forward */

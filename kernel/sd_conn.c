@@ -109,6 +109,17 @@ static int sd_addr_parse(struct sd_sock *ss, const struct sockaddr *uaddr,
 	return 0;
 }
 
+/* A wildcard of either family becomes that family's loopback address. */
+static void sd_addr_any_to_loopback(struct in6_addr *a)
+{
+	if (!sd_addr_any(a))
+		return;
+	if (sd_addr_is_v4(a))
+		ipv6_addr_set_v4mapped(htonl(INADDR_LOOPBACK), a);
+	else
+		*a = in6addr_loopback;
+}
+
 /* Is @a an address of this host in @net (or a wildcard)? */
 static bool sd_addr_local(struct net *net, const struct in6_addr *a)
 {
@@ -1158,13 +1169,15 @@ static struct sock *sd_child_new(struct net *net, struct sd_group *g,
 
 /*
  * Build a connection from @sk to the group @g: the server end, the rings,
- * and a place in a listener's queue.  Waits for room in a full backlog
+ * and a place in a listener's queue; @link_id is the link daemon's connect
+ * (SD_LINK_VIA), 0 for a local one.  Waits for room in a full backlog
  * unless @timeo is 0 (then -EAGAIN).  Called with @sk locked; the lock is
  * dropped while waiting, with the socket in TCP_SYN_SENT and SS_CONNECTING
  * meanwhile.
  */
 static int sd_conn_establish(struct sock *sk, struct sd_group *g,
-			     const struct sd_addr *dst, long *timeo)
+			     const struct sd_addr *dst, u64 link_id,
+			     long *timeo)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct sd_sock *ss = sd_sk(sk), *cs;
@@ -1183,7 +1196,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	conn = sd_conn_alloc(net, sk);
 	if (!conn)
 		return -ENOMEM;
-	conn->link_id = ss->link_id;
+	conn->link_id = link_id;
 	child = sd_child_new(net, g, conn, &srv, &ss->local);
 	if (!child) {
 		sd_conn_put(conn);
@@ -1698,13 +1711,7 @@ static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
 	if (!g)
 		return -ECONNREFUSED;
 	/* A wildcard listener is reached at loopback, as any local one. */
-	if (sd_addr_any(&srv.addr)) {
-		if (sd_addr_is_v4(&srv.addr))
-			ipv6_addr_set_v4mapped(htonl(INADDR_LOOPBACK),
-					       &srv.addr);
-		else
-			srv.addr = in6addr_loopback;
-	}
+	sd_addr_any_to_loopback(&srv.addr);
 
 	if (!ss->bound) {
 		err = sd_route_src(sock_net(sk), &dst->addr, &any.addr);
@@ -1715,9 +1722,7 @@ static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
 			goto out;
 		autobound = true;
 	}
-	ss->link_id = id;
-	err = sd_conn_establish(sk, g, &srv, &timeo);
-	ss->link_id = 0;
+	err = sd_conn_establish(sk, g, &srv, id, &timeo);
 	if (err) {
 		if (autobound)
 			sd_autounbind(sk);
@@ -1887,12 +1892,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	WRITE_ONCE(sk->sk_shutdown, 0);
 
 	/* Connecting to a wildcard reaches this host, as with TCP. */
-	if (sd_addr_any(&dst.addr)) {
-		if (sd_addr_is_v4(&dst.addr))
-			ipv6_addr_set_v4mapped(htonl(INADDR_LOOPBACK), &dst.addr);
-		else
-			dst.addr = in6addr_loopback;
-	}
+	sd_addr_any_to_loopback(&dst.addr);
 
 	err = -ECONNREFUSED;
 	if (!dst.port) {
@@ -2017,7 +2017,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	}
 
 	timeo = sock_sndtimeo(sk, nonblock);
-	err = sd_conn_establish(sk, g, &dst, &timeo);
+	err = sd_conn_establish(sk, g, &dst, 0, &timeo);
 	sd_group_put(g);
 	if (err)
 		goto refused;
