@@ -16,6 +16,9 @@ from sdgenl import Genl, as_nobody, attr, attr_u8, attr_u16, attr_u32, \
 import sdgenl
 from sdsock import Family, peername, sockname
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 (SD_LINK_CMD_REGISTER, SD_LINK_CMD_CONNECT, SD_LINK_CMD_VERDICT,
  SD_LINK_CMD_INCOMING, SD_LINK_CMD_KEY) = range(1, 6)
 (SD_LINK_A_ID, SD_LINK_A_LOCAL, SD_LINK_A_REMOTE, SD_LINK_A_UID,
