@@ -1478,6 +1478,7 @@ struct sd_connect_job {
 	struct sock		*sk;
 	struct sd_conn		*conn;		/* made by the caller */
 	struct sd_link_wait	lw;		/* the link daemon's verdict */
+	u8			undo;		/* sd_link_bind()'s */
 	struct sd_addr		dst;
 	kuid_t			uid;
 	kgid_t			gid;
@@ -1883,6 +1884,48 @@ out:
 	return err;
 }
 
+/* What sd_link_bind() did, for sd_link_unbind() to undo. */
+enum { SD_LINK_BOUND_NONE, SD_LINK_BOUND_PORT, SD_LINK_BOUND_ADDR };
+
+/*
+ * Before the link daemon hears of a connect of @sk to @dst: an unbound
+ * socket takes the address a packet to @dst would leave from and a port,
+ * one bound to the wildcard that address, as its connection through the
+ * daemon will show them (and as TCP's connect would keep them).  *@undo
+ * says what was done.  Called with @sk locked.
+ */
+static int sd_link_bind(struct sock *sk, const struct sd_addr *dst, u8 *undo)
+{
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_addr any = {};
+	int err;
+
+	*undo = SD_LINK_BOUND_NONE;
+	if (ss->bound && !sd_addr_any(&ss->local.addr))
+		return 0;
+	err = sd_route_src(sock_net(sk), &dst->addr, &any.addr);
+	if (err)
+		return err;
+	if (ss->bound) {
+		ss->local.addr = any.addr;
+		*undo = SD_LINK_BOUND_ADDR;
+		return 0;
+	}
+	err = sd_autobind(sk, ss->redirected, &any, true);
+	if (!err)
+		*undo = SD_LINK_BOUND_PORT;
+	return err;
+}
+
+/* A connect that made no connection gives back what sd_link_bind() took. */
+static void sd_link_unbind(struct sock *sk, u8 undo)
+{
+	if (undo == SD_LINK_BOUND_PORT)
+		sd_autounbind(sk);
+	else if (undo == SD_LINK_BOUND_ADDR)
+		memset(&sd_sk(sk)->local.addr, 0, sizeof(struct in6_addr));
+}
+
 /*
  * What the link daemon's answer @w makes of a connect of @sk to @dst: 0
  * connected through the daemon, 1 to go over TCP for *@reason, or -errno
@@ -1933,8 +1976,8 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 {
 	struct sd_net *sn = sd_net(sock_net(sk));
 	struct sd_link_wait w = {};
-	struct sd_addr any = {};
 	long timeo = 0;
+	u8 undo;
 	kuid_t uid;
 	kgid_t gid;
 	int err;
@@ -1942,19 +1985,25 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 	if (!nonblock)
 		timeo = min_t(long, sock_sndtimeo(sk, false),
 			      msecs_to_jiffies(READ_ONCE(sn->rdv_timeout_ms)));
-	sd_current_ids(&uid, &gid);
-	err = sd_link_ask(sock_net(sk), &any, dst, uid, gid, timeo, &w);
-	if (err == -ENOENT) {
-		*reason = SD_FALLBACK_REMOTE;
-		return 1;
-	}
+	err = sd_link_bind(sk, dst, &undo);
 	if (err)
 		return err;
-	if (nonblock && !w.verdict) {
+	sd_current_ids(&uid, &gid);
+	err = sd_link_ask(sock_net(sk), &sd_sk(sk)->local, dst, uid, gid,
+			  timeo, &w);
+	if (err == -ENOENT) {
+		*reason = SD_FALLBACK_REMOTE;
+		err = 1;
+	} else if (!err && nonblock && !w.verdict) {
 		*reason = SD_FALLBACK_PEER_UNKNOWN;
-		return 1;
+		err = 1;
+	} else if (!err) {
+		err = sd_link_outcome(sk, dst, &w, false, reason);
 	}
-	return sd_link_outcome(sk, dst, &w, false, reason);
+	/* TCP keeps the port; anything else but a connection gives it up. */
+	if (err < 0)
+		sd_link_unbind(sk, undo);
+	return err;
 }
 
 /* A background connect's verdict came (or none will): its end. */
@@ -1969,6 +2018,9 @@ static void sd_connect_link_work(struct work_struct *work)
 	sd_link_async_end(sock_net(sk), &job->lw);
 	lock_sock(sk);
 	err = sd_link_outcome(sk, &job->dst, &job->lw, true, &reason);
+	/* As in sd_connect_link(). */
+	if (err < 0)
+		sd_link_unbind(sk, job->undo);
 	sd_connect_bg_end(job, err, reason);
 }
 
@@ -1984,12 +2036,16 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 {
 	struct sd_net *sn = sd_net(sock_net(sk));
 	struct sd_connect_job *job;
-	struct sd_addr any = {};
 	int err;
 
 	job = kzalloc(sizeof(*job), GFP_KERNEL_ACCOUNT);
 	if (!job)
 		return -ENOMEM;
+	err = sd_link_bind(sk, dst, &job->undo);
+	if (err) {
+		kfree(job);
+		return err;
+	}
 	job->dst = *dst;
 	sd_current_ids(&job->uid, &job->gid);
 	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
@@ -1998,7 +2054,8 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	job->sk = sk;
 	INIT_WORK(&job->work, sd_connect_link_work);
 	sd_connect_begin(sk);
-	err = sd_link_ask_async(sock_net(sk), &any, dst, job->uid, job->gid,
+	err = sd_link_ask_async(sock_net(sk), &sd_sk(sk)->local, dst,
+				job->uid, job->gid,
 				msecs_to_jiffies(READ_ONCE(sn->rdv_timeout_ms)),
 				&job->lw, &job->work);
 	if (!err)
@@ -2007,6 +2064,8 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	sd_set_state(sk, TCP_CLOSE);
 	sk->sk_socket->state = SS_UNCONNECTED;
 	sd_connect_done(sd_sk(sk));
+	if (err != -ENOENT)
+		sd_link_unbind(sk, job->undo);
 	fput(job->file);
 	kfree(job);
 	return err == -ENOENT ? 1 : err;

@@ -146,6 +146,9 @@ def test_refuse(hosts):
     t, res = connect_in_a(ADDR[1], 4242)
     up = upcall(d)
     assert addr_of(up[SD_LINK_A_REMOTE]) == (ADDR[1], 4242)
+    # Bound before the daemon hears of it, at the route's source address.
+    here, port = addr_of(up[SD_LINK_A_LOCAL])
+    assert here == ADDR[0] and port != 0
     assert struct.unpack("=I", up[SD_LINK_A_UID])[0] == 0
     cid = struct.unpack("=Q", up[SD_LINK_A_ID])[0]
     assert verdict(d, cid, SD_LINK_REFUSE) == 0
@@ -153,6 +156,25 @@ def test_refuse(hosts):
     assert res["rc"] == "ECONNREFUSED"
     assert verdict(d, cid, SD_LINK_REFUSE) == errno.ENOENT  # answered
     res["sock"].close()
+    # A bound socket's own address and port, a wildcard one's route.
+    for bind_to in (ADDR[0], "0.0.0.0"):
+        with in_netns(NS[0]):
+            c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+        assert Family.bind(c, bind_to, 0) == "OK"
+        mine = sockname(c)[1]
+
+        def run(c=c):
+            res["rc"] = Family.connect(c, ADDR[1], 4242)
+        t = threading.Thread(target=run)
+        t.start()
+        up = upcall(d)
+        assert addr_of(up[SD_LINK_A_LOCAL]) == (ADDR[0], mine)
+        cid = struct.unpack("=Q", up[SD_LINK_A_ID])[0]
+        assert verdict(d, cid, SD_LINK_REFUSE) == 0
+        t.join(30)
+        assert res["rc"] == "ECONNREFUSED"
+        assert sockname(c) == (bind_to, mine)     # as it was
+        c.close()
     d.close()
 
 
