@@ -178,11 +178,15 @@ struct sd_conn {
 	 */
 	struct pid		*heir;
 	/*
-	 * Made through the link daemon's listener (sd_connect_via()): the
-	 * waiting connect's id, which the daemon reads on its end
-	 * (SD_LINK_ID), never 0; set before the connection is queued.
+	 * Carried by the link daemon (sd_link.c): made through its listener
+	 * (sd_connect_via()), the waiting connect's id, or queued by its
+	 * SD_LINK_CMD_INCOMING, that command's id, which the daemon reads
+	 * on its end (SD_LINK_ID); never 0.  link_end is the daemon's end
+	 * (1 for the first, 0 for the second).  Both set before the
+	 * connection is queued, never changed.
 	 */
 	u64			link_id;
+	u8			link_end;
 };
 
 /* Address of an endpoint: IPv4 is kept as a v4-mapped IPv6 address. */
@@ -560,9 +564,35 @@ int sd_link_init(void);
 void sd_link_exit(void);
 void sd_link_net_init(struct sd_net *sn);
 bool sd_link_serves(struct net *net);
+/*
+ * A connect's wait for the link daemon's verdict, on the connecting
+ * task's stack or in its background job (sd_link.c says how).
+ */
+struct sd_link_wait {
+	struct list_head	node;		/* sd_net.link_waits */
+	u64			id;
+	struct completion	done;
+	u8			verdict;	/* SD_LINK_*, 0: none came */
+	u8			reason;
+	bool			expired;	/* no verdict in time */
+	struct sock		*via;		/* with a ref, for SD_LINK_VIA */
+	/* A background connect's end, and its deadline. */
+	struct work_struct	*work;
+	struct timer_list	timer;
+	unsigned long		claimed;	/* bit 0: work queued */
+};
+
 int sd_link_ask(struct net *net, const struct sd_addr *src,
 		const struct sd_addr *dst, kuid_t uid, kgid_t gid, long timeo,
-		u64 *id, u8 *v, u8 *reason, struct sock **via);
+		struct sd_link_wait *w);
+int sd_link_ask_async(struct net *net, const struct sd_addr *src,
+		      const struct sd_addr *dst, kuid_t uid, kgid_t gid,
+		      long timeo, struct sd_link_wait *w,
+		      struct work_struct *work);
+void sd_link_async_end(struct net *net, struct sd_link_wait *w);
+int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
+			  const struct sd_addr *cli, kuid_t uid, kgid_t gid,
+			  u32 tx_size, u32 rx_size, u64 id);
 
 /* sd_auth.c: the fabric key, and the sessions of the rendezvous */
 #define SD_RDV_NONCE_LEN	16

@@ -174,7 +174,8 @@ int sd_getname(struct socket *sock, struct sockaddr *uaddr, int peer)
 			return -ENOTCONN;
 		}
 		a = ss->peer;
-	} else if (ss->bound) {
+	} else if (ss->bound || ss->conn) {
+		/* The link daemon's stand-in has the remote address unbound. */
 		a = ss->local;
 	} else if (ss->family == AF_INET) {
 		ipv6_addr_set_v4mapped(htonl(INADDR_ANY), &a.addr);
@@ -1028,7 +1029,13 @@ static u32 sd_ring_size(struct net *net, struct sock *sk, bool tx)
 	return roundup_pow_of_two(want);
 }
 
-static struct sd_conn *sd_conn_alloc(struct net *net, struct sock *sk)
+/*
+ * A new connection whose end 0 is @sk (NULL: the monitor builds it):
+ * rings sized from @sk and the sysctls, or @size0 and @size1 (bytes of
+ * the data area of the ring end 0 produces, and of the other) when not 0.
+ */
+static struct sd_conn *sd_conn_alloc_sized(struct net *net, struct sock *sk,
+					   u32 size0, u32 size1)
 {
 	struct sd_conn *conn;
 	int err;
@@ -1040,10 +1047,12 @@ static struct sd_conn *sd_conn_alloc(struct net *net, struct sock *sk)
 	refcount_set(&conn->ref, 1);
 	spin_lock_init(&conn->lock);
 
-	err = sd_ring_alloc(&conn->ring[0], sd_ring_size(net, sk, true));
+	err = sd_ring_alloc(&conn->ring[0],
+			    size0 ? : sd_ring_size(net, sk, true));
 	if (err)
 		goto err_free;
-	err = sd_ring_alloc(&conn->ring[1], sd_ring_size(net, sk, false));
+	err = sd_ring_alloc(&conn->ring[1],
+			    size1 ? : sd_ring_size(net, sk, false));
 	if (err)
 		goto err_ring0;
 	return conn;
@@ -1053,6 +1062,11 @@ err_ring0:
 err_free:
 	kfree(conn);
 	return NULL;
+}
+
+static struct sd_conn *sd_conn_alloc(struct net *net, struct sock *sk)
+{
+	return sd_conn_alloc_sized(net, sk, 0, 0);
 }
 
 /* Settings an accepted socket takes from its listener, as in TCP. */
@@ -1167,17 +1181,25 @@ static struct sock *sd_child_new(struct net *net, struct sd_group *g,
 	return child;
 }
 
+/* A connection the link daemon carries, as it is made (sd_link.c). */
+struct sd_link_made {
+	u64	id;		/* conn->link_id */
+	u8	end;		/* the daemon's: conn->link_end */
+	u32	size0;		/* its rings' sizes (sd_conn_alloc_sized()) */
+	u32	size1;
+};
+
 /*
  * Build a connection from @sk to the group @g: the server end, the rings,
- * and a place in a listener's queue; @link_id is the link daemon's connect
- * (SD_LINK_VIA), 0 for a local one.  Waits for room in a full backlog
- * unless @timeo is 0 (then -EAGAIN).  Called with @sk locked; the lock is
+ * and a place in a listener's queue; @lm says how the link daemon carries
+ * it, NULL for a local one.  Waits for room in a full backlog unless
+ * @timeo is 0 (then -EAGAIN).  Called with @sk locked; the lock is
  * dropped while waiting, with the socket in TCP_SYN_SENT and SS_CONNECTING
  * meanwhile.
  */
 static int sd_conn_establish(struct sock *sk, struct sd_group *g,
-			     const struct sd_addr *dst, u64 link_id,
-			     long *timeo)
+			     const struct sd_addr *dst,
+			     const struct sd_link_made *lm, long *timeo)
 {
 	DEFINE_WAIT_FUNC(wait, woken_wake_function);
 	struct sd_sock *ss = sd_sk(sk), *cs;
@@ -1193,10 +1215,14 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	if (err)
 		return err;
 
-	conn = sd_conn_alloc(net, sk);
+	conn = sd_conn_alloc_sized(net, sk, lm ? lm->size0 : 0,
+				   lm ? lm->size1 : 0);
 	if (!conn)
 		return -ENOMEM;
-	conn->link_id = link_id;
+	if (lm) {
+		conn->link_id = lm->id;
+		conn->link_end = lm->end;
+	}
 	child = sd_child_new(net, g, conn, &srv, &ss->local);
 	if (!child) {
 		sd_conn_put(conn);
@@ -1451,6 +1477,7 @@ struct sd_connect_job {
 	struct file		*file;		/* held: the socket's */
 	struct sock		*sk;
 	struct sd_conn		*conn;		/* made by the caller */
+	struct sd_link_wait	lw;		/* the link daemon's verdict */
 	struct sd_addr		dst;
 	kuid_t			uid;
 	kgid_t			gid;
@@ -1519,6 +1546,9 @@ static void sd_connect_end(struct sock *sk, bool connected)
  * connect returns 0), refused or failed (SO_ERROR), or TCP, whose own
  * non-blocking connect goes on from here.
  */
+static void sd_connect_bg_end(struct sd_connect_job *job, int err,
+			      u8 reason);
+
 static void sd_connect_work(struct work_struct *work)
 {
 	struct sd_connect_job *job = container_of(work, struct sd_connect_job,
@@ -1526,21 +1556,37 @@ static void sd_connect_work(struct work_struct *work)
 	struct sock *sk = job->sk;
 	struct sd_sock *ss = sd_sk(sk);
 	u8 reason = SD_FALLBACK_REMOTE;
-	struct socket *tcp;
 	int err;
 
 	lock_sock(sk);
 	err = sd_connect_rdma(sk, &job->dst, job->uid, job->gid, job->conn,
 			      true, &reason);
+	/* As in sd_connect(): the half went with this attempt only. */
+	if (err) {
+		kfree(ss->rdma_half);
+		ss->rdma_half = NULL;
+	}
+	sd_connect_bg_end(job, err, reason);
+}
+
+/*
+ * The end of a background connect, with @sk locked: @err 0 connected,
+ * 1 over TCP for @reason, or the error for SO_ERROR.  Unlocks, wakes, and
+ * frees @job.
+ */
+static void sd_connect_bg_end(struct sd_connect_job *job, int err,
+			      u8 reason)
+{
+	struct sock *sk = job->sk;
+	struct sd_sock *ss = sd_sk(sk);
+	struct socket *tcp;
+
 	if (!err) {
 		sd_stat_inc(sock_net(sk), SD_STAT_CONNECTS);
 		sd_connect_done(ss);
 		release_sock(sk);
 		goto out;
 	}
-	/* As in sd_connect(): the half went with this attempt only. */
-	kfree(ss->rdma_half);
-	ss->rdma_half = NULL;
 	if (err < 0) {
 		sd_connect_failed(sk, err);
 		sd_connect_done(ss);
@@ -1688,13 +1734,15 @@ static int sd_route_src(struct net *net, const struct in6_addr *dst,
 /*
  * Connect @sk to another host's @dst through the link daemon: into the
  * queue of its listener @via, as a local connect, whose peer then shows
- * @dst.  0 when connected.  Called with @sk locked.
+ * @dst.  0 when connected.  @nonblock: no wait for room in its backlog
+ * (a background connect).  Called with @sk locked.
  */
 static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
-			  struct sock *via, u64 id)
+			  struct sock *via, u64 id, bool nonblock)
 {
 	struct sd_sock *ss = sd_sk(sk), *ls = sd_sk(via);
-	long timeo = sock_sndtimeo(sk, false);
+	struct sd_link_made lm = { .id = id, .end = 1 };
+	long timeo = sock_sndtimeo(sk, nonblock);
 	struct sd_group *g = NULL;
 	struct sd_addr any = {}, srv;
 	bool autobound = false;
@@ -1722,12 +1770,13 @@ static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
 			goto out;
 		autobound = true;
 	}
-	err = sd_conn_establish(sk, g, &srv, id, &timeo);
+	err = sd_conn_establish(sk, g, &srv, &lm, &timeo);
 	if (err) {
 		if (autobound)
 			sd_autounbind(sk);
 		goto out;
 	}
+	sd_stat_inc(sock_net(sk), SD_STAT_LINK_VIA);
 	ss->peer = *dst;
 	sd_set_state(sk, TCP_ESTABLISHED);
 	sk->sk_state_change(sk);
@@ -1736,61 +1785,223 @@ out:
 	return err;
 }
 
+/**
+ * sd_conn_link_incoming - connect the link daemon's socket to a listener
+ * @sk: the daemon's socket, unbound and unconnected: its end
+ * @srv: the address that a program of another host dialled
+ * @cli: that program's address
+ * @uid: its user, as the daemons proved it
+ * @gid: likewise
+ * @tx_size: bytes of the ring @sk produces (0: as any connection)
+ * @rx_size: bytes of the other
+ * @id: the connection's id (SD_LINK_ID)
+ *
+ * For SD_LINK_CMD_INCOMING.  This host's connect rules see the remote
+ * user (local @cli, remote @srv), as its own host's did, then the accept
+ * rules the listener, with @cli as the client, whose address the accepted
+ * socket shows as its peer.  @sk takes @cli as its own address, with no
+ * place in the bind table: the port is the other host's.  Never waits.
+ * Returns 0 when queued, -ECONNREFUSED (no AF_SD listener at @srv),
+ * -EACCES (a connect or accept rule refuses), -EOPNOTSUPP (a connect rule
+ * says TCP), -EAGAIN (the backlog is full), -EISCONN or -EINVAL (@sk
+ * cannot be the end), -ENOMEM.
+ */
+int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
+			  const struct sd_addr *cli, kuid_t uid, kgid_t gid,
+			  u32 tx_size, u32 rx_size, u64 id)
+{
+	struct sd_link_made lm = {
+		.id = id, .end = 0, .size0 = tx_size, .size1 = rx_size,
+	};
+	struct net *net = sock_net(sk);
+	struct sd_sock *ss = sd_sk(sk);
+	struct sd_group *g;
+	struct sd_addr a;
+	long timeo = 0;
+	int err;
+
+	lock_sock(sk);
+	err = -EISCONN;
+	if (ss->conn || sk->sk_state != TCP_CLOSE ||
+	    sk->sk_socket->state != SS_UNCONNECTED)
+		goto out;
+	err = -EINVAL;
+	if (ss->bound || ss->redirected || ss->group || sd_tcp_sock(sk) ||
+	    READ_ONCE(ss->rdma_async) || ss->rdma_half ||
+	    sd_addr_any(&cli->addr) || sd_addr_any(&srv->addr))
+		goto out;
+
+	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, cli, srv)) {
+	case SD_ACTION_ALLOW:
+		break;
+	case SD_ACTION_TCP:
+		err = -EOPNOTSUPP;
+		goto out;
+	default:
+		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
+		err = -EACCES;
+		goto out;
+	}
+	err = -ECONNREFUSED;
+	if (!sd_addr_local(net, &srv->addr))
+		goto out;
+	g = sd_group_lookup(sd_net(net), srv);
+	if (!g)
+		goto out;
+	/*
+	 * Asked here too, so that a refusal says EACCES: later, in
+	 * sd_conn_establish(), ECONNREFUSED means the listener went.
+	 */
+	err = sd_accept_allowed(net, g, srv, cli, false, &a);
+	if (err) {
+		err = -EACCES;
+		goto put;
+	}
+	ss->local = *cli;
+	ss->family = sd_addr_is_v4(&cli->addr) ? AF_INET : AF_INET6;
+	err = sd_conn_establish(sk, g, srv, &lm, &timeo);
+	if (err) {
+		memset(&ss->local, 0, sizeof(ss->local));
+		goto put;
+	}
+	sd_set_state(sk, TCP_ESTABLISHED);
+	sk->sk_socket->state = SS_CONNECTED;
+	sk->sk_state_change(sk);
+	sd_stat_inc(net, SD_STAT_LINK_INCOMING);
+put:
+	sd_group_put(g);
+out:
+	release_sock(sk);
+	return err;
+}
+
 /*
- * A redirected connect to another host, in a namespace whose link daemon
- * serves it (sd_link.c): the daemon's verdict.  0 when connected
- * through the daemon, -ECONNREFUSED with @reason set for TCP
- * (SD_FALLBACK_NONE: refused), or the error of the wait.  Called with
- * @sk locked; other calls on the socket wait for it, as for a rendezvous.
+ * What the link daemon's answer @w makes of a connect of @sk to @dst: 0
+ * connected through the daemon, 1 to go over TCP for *@reason, or -errno
+ * (-ECONNREFUSED: refused).  Drops the answer's ref on its listener.
+ * Called with @sk locked.
+ */
+static int sd_link_outcome(struct sock *sk, const struct sd_addr *dst,
+			   struct sd_link_wait *w, bool nonblock, u8 *reason)
+{
+	int err;
+
+	switch (w->verdict) {
+	case SD_LINK_TCP:
+		*reason = w->reason;
+		return 1;
+	case SD_LINK_REFUSE:
+		return -ECONNREFUSED;
+	case SD_LINK_VIA:
+		err = sd_connect_via(sk, dst, w->via, w->id, nonblock);
+		sock_put(w->via);
+		w->via = NULL;
+		return err;
+	}
+	/*
+	 * A daemon that does not answer in time is a failed rendezvous; one
+	 * that went leaves the connect to TCP, as if there were none.
+	 */
+	if (w->expired) {
+		sd_stat_inc(sock_net(sk), SD_STAT_LINK_TIMEOUTS);
+		*reason = SD_FALLBACK_HANDSHAKE;
+	} else {
+		*reason = SD_FALLBACK_REMOTE;
+	}
+	return 1;
+}
+
+/*
+ * A redirected blocking connect to another host, in a namespace whose
+ * link daemon serves it (sd_link.c): the daemon's verdict, as
+ * sd_link_outcome() says, waited for up to SO_SNDTIMEO and the
+ * rendezvous's own bound.  @nonblock: a kernel socket's non-blocking
+ * connect, which has no file for a background job: the daemon only hears
+ * of it, and it goes over TCP now (peer_unknown).  Called with @sk locked;
+ * other calls on the socket wait for it.
  */
 static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 			   bool nonblock, u8 *reason)
 {
 	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sd_link_wait w = {};
 	struct sd_addr any = {};
-	struct sock *via;
 	long timeo = 0;
 	kuid_t uid;
 	kgid_t gid;
-	u64 id;
-	u8 v;
 	int err;
 
-	/*
-	 * A non-blocking connect does not wait: the daemon hears of it and
-	 * learns, and the connect goes over TCP now (peer_unknown), as with
-	 * the monitors' rendezvous.  A blocking one waits, bounded by the
-	 * rendezvous's own bound too: a daemon that does not answer in time
-	 * is a failed rendezvous.
-	 */
 	if (!nonblock)
 		timeo = min_t(long, sock_sndtimeo(sk, false),
 			      msecs_to_jiffies(READ_ONCE(sn->rdv_timeout_ms)));
 	sd_current_ids(&uid, &gid);
-	err = sd_link_ask(sock_net(sk), &any, dst, uid, gid, timeo, &id, &v,
-			  reason, &via);
-	if (err == -ETIMEDOUT) {
-		*reason = SD_FALLBACK_HANDSHAKE;
-		return -ECONNREFUSED;
+	err = sd_link_ask(sock_net(sk), &any, dst, uid, gid, timeo, &w);
+	if (err == -ENOENT) {
+		*reason = SD_FALLBACK_REMOTE;
+		return 1;
 	}
 	if (err)
 		return err;
-	switch (v) {
-	case SD_LINK_TCP:
-		return -ECONNREFUSED;
-	case SD_LINK_REFUSE:
-		*reason = SD_FALLBACK_NONE;
-		return -ECONNREFUSED;
-	case SD_LINK_VIA:
-		err = sd_connect_via(sk, dst, via, id);
-		sock_put(via);
-		return err;
-	default:
-		/* Not awaited, or the daemon went meanwhile. */
-		*reason = nonblock ? SD_FALLBACK_PEER_UNKNOWN :
-				     SD_FALLBACK_REMOTE;
-		return -ECONNREFUSED;
+	if (nonblock && !w.verdict) {
+		*reason = SD_FALLBACK_PEER_UNKNOWN;
+		return 1;
 	}
+	return sd_link_outcome(sk, dst, &w, false, reason);
+}
+
+/* A background connect's verdict came (or none will): its end. */
+static void sd_connect_link_work(struct work_struct *work)
+{
+	struct sd_connect_job *job = container_of(work, struct sd_connect_job,
+						  work);
+	struct sock *sk = job->sk;
+	u8 reason = SD_FALLBACK_REMOTE;
+	int err;
+
+	sd_link_async_end(sock_net(sk), &job->lw);
+	lock_sock(sk);
+	err = sd_link_outcome(sk, &job->dst, &job->lw, true, &reason);
+	sd_connect_bg_end(job, err, reason);
+}
+
+/*
+ * A redirected non-blocking connect to another host, in a namespace
+ * whose link daemon serves it: EINPROGRESS, and the daemon's verdict (or
+ * the rendezvous's bound running out) ends it in the background, as for
+ * sd_connect_rdma_async().  1 when no daemon serves the namespace after
+ * all.  Called with @sk locked.
+ */
+static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
+				 int addr_len, const struct sd_addr *dst)
+{
+	struct sd_net *sn = sd_net(sock_net(sk));
+	struct sd_connect_job *job;
+	struct sd_addr any = {};
+	int err;
+
+	job = kzalloc(sizeof(*job), GFP_KERNEL_ACCOUNT);
+	if (!job)
+		return -ENOMEM;
+	job->dst = *dst;
+	sd_current_ids(&job->uid, &job->gid);
+	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
+	memcpy(&job->addr, uaddr, job->addr_len);
+	job->file = get_file(sk->sk_socket->file);
+	job->sk = sk;
+	INIT_WORK(&job->work, sd_connect_link_work);
+	sd_connect_begin(sk);
+	err = sd_link_ask_async(sock_net(sk), &any, dst, job->uid, job->gid,
+				msecs_to_jiffies(READ_ONCE(sn->rdv_timeout_ms)),
+				&job->lw, &job->work);
+	if (!err)
+		return -EINPROGRESS;
+	/* Not started: as before the call (the caller holds the file too). */
+	sd_set_state(sk, TCP_CLOSE);
+	sk->sk_socket->state = SS_UNCONNECTED;
+	sd_connect_done(sd_sk(sk));
+	fput(job->file);
+	kfree(job);
+	return err == -ENOENT ? 1 : err;
 }
 
 /*
@@ -1945,13 +2156,25 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 			err = -ECONNREFUSED;
 		} else if (ss->redirected && sd_link_serves(net)) {
 			ss->family = family;
+			if (nonblock && sock->file) {
+				err = sd_connect_link_async(sk, uaddr, addr_len,
+							    &dst);
+				if (err <= 0)
+					goto out;
+				reason = SD_FALLBACK_REMOTE;
+				err = -ECONNREFUSED;
+				goto refused;
+			}
 			err = sd_connect_link(sk, &dst, nonblock, &reason);
 			if (!err) {
 				sd_stat_inc(net, SD_STAT_CONNECTS);
 				goto connected;
 			}
-			if (err != -ECONNREFUSED)
+			if (err < 0 && err != -ECONNREFUSED)
 				goto out;
+			if (err < 0)
+				reason = SD_FALLBACK_NONE;
+			err = -ECONNREFUSED;
 		} else if (ss->redirected) {
 			err = sd_remote_ask(net, &dst, nonblock, &reason);
 			if (err)
@@ -2017,7 +2240,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	}
 
 	timeo = sock_sndtimeo(sk, nonblock);
-	err = sd_conn_establish(sk, g, &dst, 0, &timeo);
+	err = sd_conn_establish(sk, g, &dst, NULL, &timeo);
 	sd_group_put(g);
 	if (err)
 		goto refused;

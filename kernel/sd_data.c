@@ -721,8 +721,12 @@ static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
 		if (READ_ONCE(sk->sk_shutdown) & SEND_SHUTDOWN ||
 		    READ_ONCE(conn->gone[!ss->side]))
 			return -EPIPE;
-		/* Pages cannot cross to another host: libsd copies. */
-		if (conn->link)
+		/*
+		 * Pages cannot cross to another host: libsd copies (the link
+		 * daemon's carrier resets a connection that has a zero-copy
+		 * record).
+		 */
+		if (conn->link || conn->link_id)
 			return -EOPNOTSUPP;
 		ret = sd_zc_send(sk, sd_tx(ss), &zs);
 		if (ret)
@@ -1276,6 +1280,18 @@ static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
 	return 0;
 }
 
+/* SD_TRANSPORT: another host's end is RDMA's, by the daemon or a bridge. */
+static int sd_transport(struct sock *sk)
+{
+	/* Pairs with the store-release that publishes the connection. */
+	struct sd_conn *conn = smp_load_acquire(&sd_sk(sk)->conn);
+
+	if (!conn)
+		return SD_TRANSPORT_NONE;
+	return conn->link || conn->link_id ? SD_TRANSPORT_RDMA :
+					     SD_TRANSPORT_SHM;
+}
+
 /* SD_LINK_ID: which of the link daemon's connects made this connection. */
 static int sd_get_link_id(struct sock *sk, char __user *optval,
 			  int __user *optlen)
@@ -1292,8 +1308,8 @@ static int sd_get_link_id(struct sock *sk, char __user *optval,
 	conn = sd_sk(sk)->conn;
 	err = -ENOTCONN;
 	if (conn) {
-		/* The daemon's end only: the accepted one. */
-		id = sd_sk(sk)->side == 1 ? conn->link_id : 0;
+		/* The daemon's end only. */
+		id = sd_sk(sk)->side == conn->link_end ? conn->link_id : 0;
 		err = id ? 0 : -ENOENT;
 	}
 	release_sock(sk);
@@ -1332,8 +1348,7 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 	else if (level == SOL_SD && optname == SD_RDMA_OFFER)
 		val = READ_ONCE(sd_sk(sk)->rdma_offer);
 	else if (level == SOL_SD && optname == SD_TRANSPORT)
-		val = !READ_ONCE(sd_sk(sk)->conn) ? SD_TRANSPORT_NONE :
-		      sd_rdma_link(sk) ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
+		val = sd_transport(sk);
 	else if (level == SOL_TCP && optname == TCP_NODELAY)
 		val = READ_ONCE(sd_sk(sk)->nodelay);
 	else if (level == SOL_TCP && optname == TCP_INQ)

@@ -7,9 +7,15 @@
  * waits, bounded, for its verdict.  The daemon's socket closing ends its
  * service: waiting connects are answered at once, as if there were none.
  *
+ * A blocking connect waits in the call; a non-blocking one returns
+ * EINPROGRESS, and its end runs as a work item when the verdict comes, the
+ * daemon goes, or the time runs out, whichever is first (the wait's
+ * claimed bit makes it one of them, once).
+ *
  * Locking: sd_net.link_lock (a spinlock, never held across a sleep)
  * guards link_portid, link_waits and each wait's answer.  A wait lives on
- * its connecting task's stack; it leaves the list before the task returns.
+ * its connecting task's stack, or in its background connect's job; it
+ * leaves the list before the task returns or the job is freed.
  */
 #define pr_fmt(fmt) "af_sd: " fmt
 
@@ -25,16 +31,8 @@
 
 #include "af_sd.h"
 
-struct sd_link_wait {
-	struct list_head	node;		/* sd_net.link_waits */
-	u64			id;
-	struct completion	done;
-	u8			verdict;	/* SD_LINK_*, 0: none came */
-	u8			reason;
-	struct sock		*via;		/* with a ref, for SD_LINK_VIA */
-};
-
 static struct genl_family sd_link_family;
+static struct workqueue_struct *sd_link_wq;
 
 static const struct nla_policy sd_link_verdict_policy[SD_LINK_A_MAX + 1] = {
 	[SD_LINK_A_ID]		= { .type = NLA_U64 },
@@ -44,6 +42,28 @@ static const struct nla_policy sd_link_verdict_policy[SD_LINK_A_MAX + 1] = {
 						   SD_FALLBACK_NO_LISTENER,
 						   __SD_FALLBACK_MAX - 1),
 	[SD_LINK_A_FD]		= { .type = NLA_S32 },
+};
+
+static const struct nla_policy sd_addr_policy[SD_A_ADDR_PORT + 1] = {
+	[SD_A_ADDR_IN6]		= NLA_POLICY_EXACT_LEN(sizeof(struct in6_addr)),
+	[SD_A_ADDR_PORT]	= { .type = NLA_U16 },
+};
+
+static struct netlink_range_validation sd_ring_size_range __ro_after_init = {
+	.min = SD_RING_MIN_SIZE,
+	.max = SD_RING_MAX_SIZE,
+};
+
+static const struct nla_policy sd_link_incoming_policy[SD_LINK_A_MAX + 1] = {
+	[SD_LINK_A_FD]		= { .type = NLA_S32 },
+	[SD_LINK_A_LOCAL]	= NLA_POLICY_NESTED(sd_addr_policy),
+	[SD_LINK_A_REMOTE]	= NLA_POLICY_NESTED(sd_addr_policy),
+	[SD_LINK_A_UID]		= { .type = NLA_U32 },
+	[SD_LINK_A_GID]		= { .type = NLA_U32 },
+	[SD_LINK_A_TX_SIZE]	= NLA_POLICY_FULL_RANGE(NLA_U32,
+							&sd_ring_size_range),
+	[SD_LINK_A_RX_SIZE]	= NLA_POLICY_FULL_RANGE(NLA_U32,
+							&sd_ring_size_range),
 };
 
 static const struct nla_policy sd_link_none_policy[SD_LINK_A_MAX + 1] = {};
@@ -57,6 +77,18 @@ void sd_link_net_init(struct sd_net *sn)
 bool sd_link_serves(struct net *net)
 {
 	return READ_ONCE(sd_net(net)->link_portid) != 0;
+}
+
+/* Commands other than REGISTER come from the registered socket only. */
+static int sd_link_from_daemon(struct genl_info *info)
+{
+	struct sd_net *sn = sd_net(genl_info_net(info));
+
+	if (READ_ONCE(sn->link_portid) != info->snd_portid) {
+		NL_SET_ERR_MSG(info->extack, "not this namespace's daemon");
+		return -EPERM;
+	}
+	return 0;
 }
 
 static int sd_link_register(struct sk_buff *skb, struct genl_info *info)
@@ -76,13 +108,34 @@ static int sd_link_register(struct sk_buff *skb, struct genl_info *info)
 	return err;
 }
 
+/* The answer is in @w, or none will come: its connect goes on. */
+static void sd_link_wake(struct sd_link_wait *w)
+{
+	if (!w->work)
+		complete(&w->done);
+	else if (!test_and_set_bit(0, &w->claimed))
+		queue_work(sd_link_wq, w->work);
+}
+
+/* A background connect's time ran out. */
+static void sd_link_expire(struct timer_list *t)
+{
+	struct sd_link_wait *w = from_timer(w, t, timer);
+
+	/* Only the claimer touches expired, read after del_timer_sync(). */
+	if (!test_and_set_bit(0, &w->claimed)) {
+		w->expired = true;
+		queue_work(sd_link_wq, w->work);
+	}
+}
+
 /* Answer every waiting connect with no verdict.  Under link_lock. */
 static void sd_link_release_waits(struct sd_net *sn)
 {
 	struct sd_link_wait *w;
 
 	list_for_each_entry(w, &sn->link_waits, node)
-		complete(&w->done);
+		sd_link_wake(w);
 }
 
 /* A daemon's socket went: its namespace has none until one registers. */
@@ -149,60 +202,122 @@ static int sd_link_send_connect(struct net *net, u32 portid, u64 id,
 }
 
 /*
- * Tell the daemon about a connect from @src to @dst and wait up to @timeo
- * for its verdict (@timeo 0: only tell it, for it to learn).  0 with the
- * verdict in @v (SD_LINK_*, 0 when the daemon went, there was none, or
- * nothing was awaited) and @reason; for SD_LINK_VIA, *@via is its
- * listener, with a ref for the caller to drop, and *@id the connect's id.
- * -EINTR (or the restart error) on a signal, -ETIMEDOUT when the time ran
- * out.
+ * Put @w on the list under a new id (a background one with its timer
+ * armed for @timeo, in the same section, so that no verdict finds it
+ * unarmed) and tell the daemon of the connect.  -ENOENT when no daemon
+ * serves the namespace; an error of telling it.  A background wait whose
+ * timer claimed it meanwhile is left to its work: 0.
  */
-int sd_link_ask(struct net *net, const struct sd_addr *src,
-		const struct sd_addr *dst, kuid_t uid, kgid_t gid, long timeo,
-		u64 *id, u8 *v, u8 *reason, struct sock **via)
+static int sd_link_send(struct net *net, const struct sd_addr *src,
+			const struct sd_addr *dst, kuid_t uid, kgid_t gid,
+			struct sd_link_wait *w, long timeo)
 {
 	struct sd_net *sn = sd_net(net);
-	struct sd_link_wait w = {};
-	long left;
 	u32 portid;
 	int err;
 
-	*v = 0;
-	*via = NULL;
-	init_completion(&w.done);
 	spin_lock(&sn->link_lock);
 	portid = sn->link_portid;
 	if (!portid) {
 		spin_unlock(&sn->link_lock);
-		return 0;
+		return -ENOENT;
 	}
-	w.id = ++sn->link_next_id;
-	*id = w.id;
-	if (!timeo) {
-		spin_unlock(&sn->link_lock);
-		sd_link_send_connect(net, portid, w.id, src, dst, uid, gid);
-		return 0;
-	}
-	list_add_tail(&w.node, &sn->link_waits);
+	w->id = ++sn->link_next_id;
+	list_add_tail(&w->node, &sn->link_waits);
+	if (w->work)
+		mod_timer(&w->timer, jiffies + timeo);
 	spin_unlock(&sn->link_lock);
 
-	err = sd_link_send_connect(net, portid, w.id, src, dst, uid, gid);
-	left = 1;
-	if (!err)
-		left = wait_for_completion_interruptible_timeout(&w.done,
-								 timeo);
-
+	err = sd_link_send_connect(net, portid, w->id, src, dst, uid, gid);
+	if (!err) {
+		sd_stat_inc(net, SD_STAT_LINK_UPCALLS);
+		return 0;
+	}
+	if (w->work) {
+		if (test_and_set_bit(0, &w->claimed))
+			return 0;
+		del_timer_sync(&w->timer);
+	}
 	spin_lock(&sn->link_lock);
-	list_del(&w.node);
-	*v = w.verdict;
-	*reason = w.reason;
-	*via = w.via;
+	list_del(&w->node);
 	spin_unlock(&sn->link_lock);
-	if (err || *v)
-		return 0;	/* no daemon to hear, or its answer */
+	return err;
+}
+
+/*
+ * Tell the daemon about a connect from @src to @dst and wait up to @timeo
+ * for its verdict in @w (sd_link_wait, whose fields the caller zeroed).
+ * 0 with the answer in @w: verdict SD_LINK_*, or 0 when the daemon went
+ * (or, @timeo 0, when nothing was awaited: the daemon only hears of it)
+ * or when the time ran out (expired); for SD_LINK_VIA, @w->via is its
+ * listener, with a ref for the caller to drop.  -ENOENT: no daemon serves
+ * the namespace; -EINTR (or the restart error) on a signal.
+ */
+int sd_link_ask(struct net *net, const struct sd_addr *src,
+		const struct sd_addr *dst, kuid_t uid, kgid_t gid, long timeo,
+		struct sd_link_wait *w)
+{
+	struct sd_net *sn = sd_net(net);
+	long left = 1;
+	int err;
+
+	init_completion(&w->done);
+	err = sd_link_send(net, src, dst, uid, gid, w, 0);
+	if (err)
+		return err;
+	if (timeo)
+		left = wait_for_completion_interruptible_timeout(&w->done,
+								 timeo);
+	/* A verdict that came meanwhile counts, whatever the wait says. */
+	spin_lock(&sn->link_lock);
+	list_del(&w->node);
+	spin_unlock(&sn->link_lock);
+	if (w->verdict || !timeo)
+		return 0;
 	if (left < 0)
 		return left;
-	return left ? 0 : -ETIMEDOUT;
+	w->expired = !left;
+	return 0;
+}
+
+/**
+ * sd_link_ask_async - tell the daemon of a non-blocking connect
+ * @net: the connecting socket's namespace
+ * @src: its address (or the wildcard)
+ * @dst: the other host's
+ * @uid: the connecting task's user
+ * @gid: and group
+ * @timeo: how long the daemon has to answer (jiffies, not 0)
+ * @w: the wait, zeroed, in the connect's job
+ * @work: the job's end, which runs once when the verdict comes, the daemon
+ *        goes or @timeo runs out; it calls sd_link_async_end() first
+ *
+ * Returns 0 (@work will run), -ENOENT when no daemon serves the namespace
+ * or the error of telling it (@work will not run).
+ */
+int sd_link_ask_async(struct net *net, const struct sd_addr *src,
+		      const struct sd_addr *dst, kuid_t uid, kgid_t gid,
+		      long timeo, struct sd_link_wait *w,
+		      struct work_struct *work)
+{
+	init_completion(&w->done);
+	w->work = work;
+	timer_setup(&w->timer, sd_link_expire, 0);
+	return sd_link_send(net, src, dst, uid, gid, w, timeo);
+}
+
+/*
+ * In a background connect's work: the wait leaves the list, its timer is
+ * gone, and @w holds the answer as sd_link_ask() leaves it.
+ */
+void sd_link_async_end(struct net *net, struct sd_link_wait *w)
+{
+	struct sd_net *sn = sd_net(net);
+
+	del_timer_sync(&w->timer);
+	spin_lock(&sn->link_lock);
+	list_del(&w->node);
+	spin_unlock(&sn->link_lock);
 }
 
 static int sd_link_verdict(struct sk_buff *skb, struct genl_info *info)
@@ -217,10 +332,9 @@ static int sd_link_verdict(struct sk_buff *skb, struct genl_info *info)
 	if (GENL_REQ_ATTR_CHECK(info, SD_LINK_A_ID) ||
 	    GENL_REQ_ATTR_CHECK(info, SD_LINK_A_VERDICT))
 		return -EINVAL;
-	if (READ_ONCE(sn->link_portid) != info->snd_portid) {
-		NL_SET_ERR_MSG(info->extack, "not this namespace's daemon");
-		return -EPERM;
-	}
+	err = sd_link_from_daemon(info);
+	if (err)
+		return err;
 	id = nla_get_u64(info->attrs[SD_LINK_A_ID]);
 	verdict = nla_get_u8(info->attrs[SD_LINK_A_VERDICT]);
 	if (verdict == SD_LINK_TCP) {
@@ -255,13 +369,14 @@ static int sd_link_verdict(struct sk_buff *skb, struct genl_info *info)
 	err = -ENOENT;
 	spin_lock(&sn->link_lock);
 	list_for_each_entry(w, &sn->link_waits, node) {
-		if (w->id != id || w->verdict)
+		/* Answered, or a background one already ending. */
+		if (w->id != id || w->verdict || test_bit(0, &w->claimed))
 			continue;
 		w->verdict = verdict;
 		w->reason = reason;
 		w->via = via;
 		via = NULL;
-		complete(&w->done);
+		sd_link_wake(w);
 		err = 0;
 		break;
 	}
@@ -270,6 +385,147 @@ static int sd_link_verdict(struct sk_buff *skb, struct genl_info *info)
 		sock_put(via);
 	if (err)
 		NL_SET_ERR_MSG(info->extack, "no such connect waits");
+	return err;
+}
+
+/* A reply to @info carrying @len bytes of @data as attribute @type. */
+static int sd_link_reply(struct genl_info *info, int type, const void *data,
+			 int len)
+{
+	struct sk_buff *skb;
+	void *hdr;
+
+	skb = genlmsg_new(nla_total_size(len), GFP_KERNEL);
+	if (!skb)
+		return -ENOMEM;
+	hdr = genlmsg_put_reply(skb, info, &sd_link_family, 0,
+				info->genlhdr->cmd);
+	if (!hdr || nla_put(skb, type, len, data)) {
+		nlmsg_free(skb);
+		return -EMSGSIZE;
+	}
+	genlmsg_end(skb, hdr);
+	return genlmsg_reply(skb, info);
+}
+
+/*
+ * SD_LINK_CMD_KEY: the fabric key, for the daemon's sessions with other
+ * hosts' daemons.  Only the registered daemon reads it (security.rst).
+ */
+static int sd_link_key(struct sk_buff *skb, struct genl_info *info)
+{
+	struct sd_net *sn = sd_net(genl_info_net(info));
+	u8 key[SD_KEY_MAX_LEN];
+	unsigned int len;
+	int err;
+
+	err = sd_link_from_daemon(info);
+	if (err)
+		return err;
+	len = sd_key_copy(sn, key);
+	if (!len) {
+		NL_SET_ERR_MSG(info->extack, "no fabric key is set");
+		return -ENOKEY;
+	}
+	err = sd_link_reply(info, SD_LINK_A_KEY, key, len);
+	memzero_explicit(key, sizeof(key));
+	return err;
+}
+
+/* An address nest: IPv6 (IPv4 mapped) and port, both present. */
+static int sd_link_get_addr(struct genl_info *info, int type,
+			    struct sd_addr *a)
+{
+	struct nlattr *tb[SD_A_ADDR_PORT + 1];
+	int err;
+
+	err = nla_parse_nested(tb, SD_A_ADDR_PORT, info->attrs[type],
+			       sd_addr_policy, info->extack);
+	if (err)
+		return err;
+	if (!tb[SD_A_ADDR_IN6] || !tb[SD_A_ADDR_PORT]) {
+		NL_SET_ERR_MSG_ATTR(info->extack, info->attrs[type],
+				    "an address needs SD_A_ADDR_IN6 and SD_A_ADDR_PORT");
+		return -EINVAL;
+	}
+	memset(a, 0, sizeof(*a));
+	nla_memcpy(&a->addr, tb[SD_A_ADDR_IN6], sizeof(a->addr));
+	a->port = htons(nla_get_u16(tb[SD_A_ADDR_PORT]));
+	return 0;
+}
+
+/*
+ * SD_LINK_CMD_INCOMING: a program of another host connects to a listener
+ * here, and the daemon's socket is its stand-in (sd_conn_link_incoming()).
+ */
+static int sd_link_incoming(struct sk_buff *skb, struct genl_info *info)
+{
+	struct net *net = genl_info_net(info);
+	struct sd_net *sn = sd_net(net);
+	struct user_namespace *ns = net->user_ns;
+	u32 tx_size = 0, rx_size = 0;
+	struct sd_addr srv, cli;
+	struct socket *sock;
+	kuid_t uid;
+	kgid_t gid;
+	int err;
+	u64 id;
+
+	err = sd_link_from_daemon(info);
+	if (err)
+		return err;
+	if (GENL_REQ_ATTR_CHECK(info, SD_LINK_A_FD) ||
+	    GENL_REQ_ATTR_CHECK(info, SD_LINK_A_LOCAL) ||
+	    GENL_REQ_ATTR_CHECK(info, SD_LINK_A_REMOTE) ||
+	    GENL_REQ_ATTR_CHECK(info, SD_LINK_A_UID) ||
+	    GENL_REQ_ATTR_CHECK(info, SD_LINK_A_GID))
+		return -EINVAL;
+	err = sd_link_get_addr(info, SD_LINK_A_LOCAL, &srv);
+	if (!err)
+		err = sd_link_get_addr(info, SD_LINK_A_REMOTE, &cli);
+	if (err)
+		return err;
+	if (!srv.port || !cli.port) {
+		NL_SET_ERR_MSG(info->extack, "an address with port 0");
+		return -EINVAL;
+	}
+	uid = make_kuid(ns, nla_get_u32(info->attrs[SD_LINK_A_UID]));
+	gid = make_kgid(ns, nla_get_u32(info->attrs[SD_LINK_A_GID]));
+	if (!uid_valid(uid) || !gid_valid(gid)) {
+		NL_SET_ERR_MSG(info->extack,
+			       "a user or group the namespace does not map");
+		return -EINVAL;
+	}
+	if (info->attrs[SD_LINK_A_TX_SIZE])
+		tx_size = nla_get_u32(info->attrs[SD_LINK_A_TX_SIZE]);
+	if (info->attrs[SD_LINK_A_RX_SIZE])
+		rx_size = nla_get_u32(info->attrs[SD_LINK_A_RX_SIZE]);
+	if ((tx_size && !is_power_of_2(tx_size)) ||
+	    (rx_size && !is_power_of_2(rx_size))) {
+		NL_SET_ERR_MSG(info->extack, "a ring size not a power of two");
+		return -EINVAL;
+	}
+
+	sock = sockfd_lookup(nla_get_s32(info->attrs[SD_LINK_A_FD]), &err);
+	if (!sock)
+		return err;
+	/* Of this namespace: connections never cross one. */
+	if (sock->sk->sk_family != PF_SD || sock->type != SOCK_STREAM ||
+	    !net_eq(sock_net(sock->sk), net)) {
+		NL_SET_ERR_MSG(info->extack,
+			       "not an AF_SD stream socket of this namespace");
+		err = -EINVAL;
+		goto out;
+	}
+	spin_lock(&sn->link_lock);
+	id = ++sn->link_next_id;
+	spin_unlock(&sn->link_lock);
+	err = sd_conn_link_incoming(sock->sk, &srv, &cli, uid, gid, tx_size,
+				    rx_size, id);
+	if (!err)
+		err = sd_link_reply(info, SD_LINK_A_ID, &id, sizeof(id));
+out:
+	sockfd_put(sock);
 	return err;
 }
 
@@ -285,6 +541,20 @@ static const struct genl_ops sd_link_ops[] = {
 		.cmd	= SD_LINK_CMD_VERDICT,
 		.doit	= sd_link_verdict,
 		.policy	= sd_link_verdict_policy,
+		.maxattr = SD_LINK_A_MAX,
+		.flags	= GENL_UNS_ADMIN_PERM,
+	},
+	{
+		.cmd	= SD_LINK_CMD_INCOMING,
+		.doit	= sd_link_incoming,
+		.policy	= sd_link_incoming_policy,
+		.maxattr = SD_LINK_A_MAX,
+		.flags	= GENL_UNS_ADMIN_PERM,
+	},
+	{
+		.cmd	= SD_LINK_CMD_KEY,
+		.doit	= sd_link_key,
+		.policy	= sd_link_none_policy,
 		.maxattr = SD_LINK_A_MAX,
 		.flags	= GENL_UNS_ADMIN_PERM,
 	},
@@ -304,12 +574,22 @@ int __init sd_link_init(void)
 {
 	int err;
 
+	/* Background connects' ends: they take socket locks, and sleep. */
+	sd_link_wq = alloc_workqueue("sd_link", WQ_UNBOUND, 0);
+	if (!sd_link_wq)
+		return -ENOMEM;
 	err = netlink_register_notifier(&sd_link_notifier);
 	if (err)
-		return err;
+		goto err_wq;
 	err = genl_register_family(&sd_link_family);
 	if (err)
-		netlink_unregister_notifier(&sd_link_notifier);
+		goto err_notifier;
+	return 0;
+
+err_notifier:
+	netlink_unregister_notifier(&sd_link_notifier);
+err_wq:
+	destroy_workqueue(sd_link_wq);
 	return err;
 }
 
@@ -317,4 +597,6 @@ void sd_link_exit(void)
 {
 	genl_unregister_family(&sd_link_family);
 	netlink_unregister_notifier(&sd_link_notifier);
+	/* Each job holds its socket's file: none is left by now. */
+	destroy_workqueue(sd_link_wq);
 }

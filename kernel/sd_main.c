@@ -115,9 +115,11 @@ static int sd_release(struct socket *sock)
 		 * closed as the daemon exits (or is killed): the host is out
 		 * of reach, so the program sees a reset, not an end.
 		 */
-		if (ss->side == 1 && ss->conn->link_id &&
-		    (current->flags & PF_EXITING))
+		if (ss->conn->link_id && ss->side == ss->conn->link_end &&
+		    (current->flags & PF_EXITING)) {
 			abort = true;
+			sd_stat_inc(sock_net(sk), SD_STAT_LINK_RESETS);
+		}
 		sd_conn_close(sk, abort);
 	}
 	/* Out of the tables before the connection goes (sdctl reads it). */

@@ -134,7 +134,8 @@ static int sd_fill_sock(struct sk_buff *skb, struct netlink_callback *cb,
 	u64 tx_msgs = READ_ONCE(ss->tx_msgs), rx_msgs = READ_ONCE(ss->rx_msgs);
 	u8 state = READ_ONCE(sk->sk_state);
 	u8 transport = !conn ? SD_TRANSPORT_NONE :
-		       conn->link ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
+		       conn->link || conn->link_id ? SD_TRANSPORT_RDMA :
+						     SD_TRANSPORT_SHM;
 	void *hdr;
 
 	if (tcp) {

@@ -11,19 +11,22 @@ import pytest
 
 from conftest import AF_SD, in_netns, netns_del, netns_pair, ns_sysctl, \
     sd_stats
-from sdgenl import Genl, as_nobody, attr_u8, attr_u32, attr_u64, \
-    parse_attrs
+from sdgenl import Genl, as_nobody, attr, attr_u8, attr_u16, attr_u32, \
+    attr_u64, mapped, nest, parse_attrs
+import sdgenl
 from sdsock import Family, peername, sockname
 
-SD_LINK_CMD_REGISTER, SD_LINK_CMD_CONNECT, SD_LINK_CMD_VERDICT = 1, 2, 3
+(SD_LINK_CMD_REGISTER, SD_LINK_CMD_CONNECT, SD_LINK_CMD_VERDICT,
+ SD_LINK_CMD_INCOMING, SD_LINK_CMD_KEY) = range(1, 6)
 (SD_LINK_A_ID, SD_LINK_A_LOCAL, SD_LINK_A_REMOTE, SD_LINK_A_UID,
- SD_LINK_A_GID, SD_LINK_A_VERDICT, SD_LINK_A_REASON, SD_LINK_A_FD) = \
-    range(2, 10)
+ SD_LINK_A_GID, SD_LINK_A_VERDICT, SD_LINK_A_REASON, SD_LINK_A_FD,
+ SD_LINK_A_TX_SIZE, SD_LINK_A_RX_SIZE, SD_LINK_A_KEY) = range(2, 13)
 SD_LINK_TCP, SD_LINK_REFUSE, SD_LINK_VIA = 1, 2, 3
 SD_FALLBACK_NO_RDMA = 3
 SD_A_ADDR_IN6, SD_A_ADDR_PORT = 1, 2
 SD_PROTO_INET = 0x10002
-SOL_SD, SD_LINK_ID = 0x5344, 16
+SOL_SD, SD_MMAP_OFFSETS, SD_TRANSPORT, SD_LINK_ID = 0x5344, 1, 8, 16
+SD_TRANSPORT_RDMA = 2
 
 NS = ("sdlk0", "sdlk1")
 ADDR = ("10.78.0.1", "10.78.0.2")
@@ -234,25 +237,406 @@ def test_a_daemon_that_does_not_answer_is_a_failed_rendezvous(hosts):
         s.close()
 
 
-def test_nonblocking_connect_does_not_wait(hosts):
-    """The daemon hears of it and learns; the connect goes over TCP at
-    once (peer_unknown), and a verdict for it finds no one waiting."""
+def nonblocking_connect_in_a(host, port):
+    with in_netns(NS[0]):
+        c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    c.setblocking(False)
+    assert Family.connect(c, host, port) == "EINPROGRESS"
+    return c
+
+
+def connect_ended(c, timeout=30):
+    """Wait for a non-blocking connect's end; its SO_ERROR."""
+    import select
+    p = select.poll()
+    p.register(c, select.POLLOUT)
+    assert p.poll(timeout * 1000), "the connect did not end"
+    return c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+
+
+def still_connecting(c):
+    """Poll says nothing while the verdict is awaited; a second connect
+    says EALREADY."""
+    import select
+    p = select.poll()
+    p.register(c, select.POLLOUT | select.POLLIN)
+    assert p.poll(0) == []
+    assert Family.connect(c, ADDR[1], 1) == "EALREADY"
+
+
+def test_nonblocking_connect_waits_in_the_background(hosts):
+    """EINPROGRESS at once; the daemon's verdict (here TCP) ends it."""
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
     srv, port = tcp_server_in_b()
     before = sd_stats(NS[0])
-    with in_netns(NS[0]):
-        c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    c.setblocking(False)
-    assert Family.connect(c, ADDR[1], port) == "EINPROGRESS"
+    c = nonblocking_connect_in_a(ADDR[1], port)
     cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
-    assert verdict(d, cid, SD_LINK_REFUSE) == errno.ENOENT
+    still_connecting(c)
+    assert verdict(d, cid, SD_LINK_TCP, SD_FALLBACK_NO_RDMA) == 0
+    assert connect_ended(c) == 0
     a, _ = srv.accept()
+    c.setblocking(True)
+    c.sendall(b"late but tcp")
+    assert a.recv(64) == b"late but tcp"
     after = sd_stats(NS[0])
-    assert after["fallback_peer_unknown"] - \
-        before["fallback_peer_unknown"] == 1
+    assert after["fallback_no_rdma"] - before["fallback_no_rdma"] == 1
+    assert after["link_upcalls"] - before["link_upcalls"] == 1
+    assert verdict(d, cid, SD_LINK_REFUSE) == errno.ENOENT  # answered
     for s in (a, srv, c, d):
         s.close()
+
+
+def test_nonblocking_connect_via_the_daemon(hosts):
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(4)
+    before = sd_stats(NS[0])
+    c = nonblocking_connect_in_a(ADDR[1], 4245)
+    cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+    assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+    assert connect_ended(c) == 0
+    assert peername(c) == (ADDR[1], 4245)
+    assert c.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    a = Family.accept(lst)
+    assert struct.unpack("=Q", a.getsockopt(SOL_SD, SD_LINK_ID, 8))[0] == cid
+    c.setblocking(True)
+    c.sendall(b"through the daemon")
+    assert a.recv(64) == b"through the daemon"
+    after = sd_stats(NS[0])
+    assert after["link_via"] - before["link_via"] == 1
+    for s in (a, c, lst, d):
+        s.close()
+
+
+def test_nonblocking_connect_refused(hosts):
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    c = nonblocking_connect_in_a(ADDR[1], 4246)
+    cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+    assert verdict(d, cid, SD_LINK_REFUSE) == 0
+    assert connect_ended(c) == errno.ECONNREFUSED
+    for s in (c, d):
+        s.close()
+
+
+def test_nonblocking_connect_without_a_verdict_in_time(hosts):
+    """The rendezvous's bound ends it: TCP, a failed rendezvous."""
+    assert ns_sysctl(NS[0], "rendezvous_timeout_ms", 200) is None
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    before = sd_stats(NS[0])
+    c = nonblocking_connect_in_a(ADDR[1], port)
+    cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+    assert connect_ended(c) == 0
+    a, _ = srv.accept()
+    after = sd_stats(NS[0])
+    assert after["fallback_handshake"] - before["fallback_handshake"] == 1
+    assert after["link_timeouts"] - before["link_timeouts"] == 1
+    assert verdict(d, cid, SD_LINK_REFUSE) == errno.ENOENT  # too late
+    for s in (a, srv, c, d):
+        s.close()
+
+
+def test_nonblocking_connect_when_the_daemon_goes(hosts):
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    before = sd_stats(NS[0])
+    c = nonblocking_connect_in_a(ADDR[1], port)
+    upcall(d)
+    d.close()
+    assert connect_ended(c) == 0
+    a, _ = srv.accept()
+    after = sd_stats(NS[0])
+    assert after["fallback_remote"] - before["fallback_remote"] == 1
+    for s in (a, srv, c):
+        s.close()
+
+
+@pytest.mark.parametrize("then", ["tcp", "via", "none"])
+def test_closed_while_the_verdict_is_awaited(hosts, then):
+    """The program closes its socket first: the verdict still finds the
+    connect, which ends with nobody to tell; nothing leaks (the module
+    unloads at the end of the run), and through the daemon's listener
+    the connection is made and ends at once."""
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(4)
+    c = nonblocking_connect_in_a(ADDR[1], port)
+    cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+    c.close()
+    if then == "tcp":
+        # TCP's connect starts, and its socket goes with the file.
+        assert verdict(d, cid, SD_LINK_TCP, SD_FALLBACK_NO_RDMA) == 0
+    elif then == "via":
+        assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+        a = Family.accept(lst)
+        a.settimeout(30)
+        assert a.recv(1) == b""
+        a.close()
+    else:
+        d.close()
+    for s in (srv, lst, d):
+        s.close()
+
+
+def addr_nest(t, host, port):
+    return nest(t, attr(SD_A_ADDR_IN6, mapped(host)),
+                attr_u16(SD_A_ADDR_PORT, port))
+
+
+def incoming(d, fd, local, remote, uid=1000, gid=1000, tx=None, rx=None,
+             extra=b""):
+    """SD_LINK_CMD_INCOMING: (errno, id)."""
+    attrs = attr_u32(SD_LINK_A_FD, fd) + \
+        addr_nest(SD_LINK_A_LOCAL, *local) + \
+        addr_nest(SD_LINK_A_REMOTE, *remote) + \
+        attr_u32(SD_LINK_A_UID, uid) + attr_u32(SD_LINK_A_GID, gid) + extra
+    if tx is not None:
+        attrs += attr_u32(SD_LINK_A_TX_SIZE, tx)
+    if rx is not None:
+        attrs += attr_u32(SD_LINK_A_RX_SIZE, rx)
+    r = d.request(SD_LINK_CMD_INCOMING, attrs)
+    if r.err:
+        return r.err, None
+    return 0, struct.unpack("=Q", parse_attrs(r.replies[0])[SD_LINK_A_ID])[0]
+
+
+def listener_in_b(backlog=4):
+    with in_netns(NS[1]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, 0)
+    assert Family.bind(lst, ADDR[1], 0) == "OK"
+    lst.listen(backlog)
+    return lst, sockname(lst)[1]
+
+
+def sock_in_b():
+    with in_netns(NS[1]):
+        return socket.socket(AF_SD, socket.SOCK_STREAM, 0)
+
+
+def ring_sizes(s):
+    """(tx, rx): bytes in the data area of each ring of s."""
+    off = struct.unpack("=24Q", s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 192))
+    return off[4], off[12 + 4]
+
+
+def test_incoming_connection_from_another_host(hosts):
+    """The daemon's socket becomes the stand-in of the remote program:
+    the listener accepts a connection whose peer is the remote address,
+    carried by the daemon (transport rdma), with the rings it asked for."""
+    d = daemon(NS[1])
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    lst, port = listener_in_b()
+    s = sock_in_b()
+    before = sd_stats(NS[1])
+    err, cid = incoming(d, s.fileno(), (ADDR[1], port), ("10.99.0.5", 4321),
+                        tx=8192, rx=1 << 16)
+    assert err == 0 and cid
+    a = Family.accept(lst)
+    assert peername(a) == ("10.99.0.5", 4321)
+    assert sockname(a) == (ADDR[1], port)
+    assert sockname(s) == ("10.99.0.5", 4321)
+    assert a.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    assert struct.unpack("=Q", s.getsockopt(SOL_SD, SD_LINK_ID, 8))[0] == cid
+    with pytest.raises(OSError) as e:
+        a.getsockopt(SOL_SD, SD_LINK_ID, 8)     # the program's end
+    assert e.value.errno == errno.ENOENT
+    assert ring_sizes(s) == (8192, 1 << 16)
+    assert ring_sizes(a) == (1 << 16, 8192)
+    s.sendall(b"from afar")
+    assert a.recv(64) == b"from afar"
+    a.sendall(b"back")
+    assert s.recv(64) == b"back"
+    after = sd_stats(NS[1])
+    assert after["link_incoming"] - before["link_incoming"] == 1
+    assert after["accepts"] - before["accepts"] == 1
+    # The second time the socket is connected already.
+    assert incoming(d, s.fileno(), (ADDR[1], port),
+                    ("10.99.0.5", 4322))[0] == errno.EISCONN
+    for x in (a, s, lst, d):
+        x.close()
+
+
+def test_incoming_is_the_daemons_and_checked(hosts):
+    d, other = daemon(NS[1]), daemon(NS[1])
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    lst, port = listener_in_b()
+    s = sock_in_b()
+    here, there = (ADDR[1], port), ("10.99.0.5", 4321)
+    assert incoming(other, s.fileno(), here, there)[0] == errno.EPERM
+    got = as_nobody(lambda: Genl("sd_link").request(
+        SD_LINK_CMD_INCOMING).err)
+    assert got == errno.EPERM
+    # Missing attributes, bad sizes, ports 0, wildcards.
+    assert d.request(SD_LINK_CMD_INCOMING,
+                     attr_u32(SD_LINK_A_FD, s.fileno())).err == errno.EINVAL
+    for tx, rx in ((3000, None), (None, 1 << 27), (1024, None),
+                   (None, 12288)):
+        err = incoming(d, s.fileno(), here, there, tx=tx, rx=rx)[0]
+        assert err in (errno.EINVAL, errno.ERANGE), (tx, rx, err)
+    assert incoming(d, s.fileno(), (ADDR[1], 0), there)[0] == errno.EINVAL
+    assert incoming(d, s.fileno(), here, ("10.99.0.5", 0))[0] == errno.EINVAL
+    assert incoming(d, s.fileno(), here, ("0.0.0.0", 5))[0] == errno.EINVAL
+    # Not an unconnected AF_SD stream socket of the namespace.
+    with in_netns(NS[1]):
+        tcp = socket.socket()
+    with in_netns(NS[0]):
+        elsewhere = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    bound = sock_in_b()
+    assert Family.bind(bound, ADDR[1], 0) == "OK"
+    for x in (tcp, elsewhere, bound):
+        assert incoming(d, x.fileno(), here, there)[0] == errno.EINVAL
+    assert incoming(d, 9999, here, there)[0] == errno.EBADF
+    # Nothing was queued by any of it, and the socket is still usable.
+    assert incoming(d, s.fileno(), here, there)[0] == 0
+    a = Family.accept(lst)
+    assert peername(a) == there
+    for x in (a, s, lst, tcp, elsewhere, bound, d, other):
+        x.close()
+
+
+def test_incoming_meets_the_rules_and_the_backlog(hosts):
+    d = daemon(NS[1])
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    here, there = (ADDR[1], 0), ("10.99.0.5", 4321)
+    # No AF_SD listener there.
+    s = sock_in_b()
+    assert incoming(d, s.fileno(), (ADDR[1], 4999), there)[0] == \
+        errno.ECONNREFUSED
+    # An address of another host is no listener of this one.
+    assert incoming(d, s.fileno(), ("10.98.0.1", 4999), there)[0] == \
+        errno.ECONNREFUSED
+    lst, port = listener_in_b(backlog=1)
+    here = (ADDR[1], port)
+    with in_netns(NS[1]):
+        nl = Genl()
+    try:
+        # A connect rule that refuses uid 2000 refuses the remote user
+        # the daemons proved, and only that one.
+        r = nl.rule_add(sdgenl.SD_ACTION_DENY, sdgenl.SD_DIR_CONNECT,
+                        attr_u32(sdgenl.SD_A_RULE_UID_MIN, 2000) +
+                        attr_u32(sdgenl.SD_A_RULE_UID_MAX, 2000))
+        assert r.err == 0
+        assert incoming(d, s.fileno(), here, there, uid=2000)[0] == \
+            errno.EACCES
+        # One that says TCP.
+        nl.flush()
+        r = nl.rule_add(sdgenl.SD_ACTION_TCP, sdgenl.SD_DIR_CONNECT,
+                        attr_u32(sdgenl.SD_A_RULE_UID_MIN, 2001) +
+                        attr_u32(sdgenl.SD_A_RULE_UID_MAX, 2001))
+        assert r.err == 0
+        assert incoming(d, s.fileno(), here, there, uid=2001)[0] == \
+            errno.EOPNOTSUPP
+        # An accept rule that refuses the remote address.
+        nl.flush()
+        r = nl.rule_add(sdgenl.SD_ACTION_DENY, sdgenl.SD_DIR_ACCEPT,
+                        nest(sdgenl.SD_A_RULE_REMOTE,
+                             attr(SD_A_ADDR_IN6, mapped("10.99.0.5")),
+                             attr_u8(sdgenl.SD_A_ADDR_PREFIX, 128)))
+        assert r.err == 0
+        before = sd_stats(NS[1])
+        assert incoming(d, s.fileno(), here, there)[0] == errno.EACCES
+        assert incoming(d, s.fileno(), here, ("10.99.0.6", 1))[0] == 0
+        after = sd_stats(NS[1])
+        assert after["denied_accept"] - before["denied_accept"] == 1
+        # Filling the backlog (1, which takes two, as TCP's) ends in
+        # EAGAIN, never a wait.
+        more = [sock_in_b() for _ in range(3)]
+        errs = [incoming(d, x.fileno(), here, ("10.99.0.6", 2 + i))[0]
+                for i, x in enumerate(more)]
+        assert errs[-1] == errno.EAGAIN and 0 in errs, errs
+        a = Family.accept(lst)
+        assert peername(a) == ("10.99.0.6", 1)
+        assert incoming(d, more[-1].fileno(), here, ("10.99.0.6", 9))[0] == 0
+    finally:
+        nl.flush()
+        nl.close()
+    for x in [a, s, lst, d] + more:
+        x.close()
+
+
+INCOMING_DAEMON = r"""
+import socket, struct, sys
+sys.path.insert(0, sys.argv[1])
+import test_link as t
+d = t.Genl("sd_link")
+assert d.request(t.SD_LINK_CMD_REGISTER).err == 0
+s = socket.socket(t.AF_SD, socket.SOCK_STREAM, 0)
+err, cid = t.incoming(d, s.fileno(), (sys.argv[2], int(sys.argv[3])),
+                      ("10.99.0.5", 4321))
+assert err == 0, err
+s.sendall(b"hello")
+print("carrying", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_killed_daemon_resets_the_incoming_it_carried(hosts):
+    import signal
+    import subprocess
+    import sys
+    from conftest import nspopen
+    lst, port = listener_in_b()
+    here = str(__import__("pathlib").Path(__file__).resolve().parent)
+    p = nspopen(NS[1], sys.executable, "-c", INCOMING_DAEMON, here, ADDR[1],
+                str(port), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                text=True)
+    try:
+        assert p.stdout.readline() == "carrying\n"
+        a = Family.accept(lst)
+        assert a.recv(5) == b"hello"
+        before = sd_stats(NS[1])
+        p.send_signal(signal.SIGKILL)
+        p.wait(30)
+        a.settimeout(30)
+        with pytest.raises(ConnectionResetError):
+            a.recv(5)
+        after = sd_stats(NS[1])
+        assert after["link_resets"] - before["link_resets"] == 1
+        a.close()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lst.close()
+
+
+def test_the_fabric_key_is_the_daemons_to_read(hosts):
+    d, other = daemon(NS[1]), daemon(NS[1])
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    assert d.request(SD_LINK_CMD_KEY).err == errno.ENOKEY
+    key = bytes(range(40))
+    with in_netns(NS[1]):
+        nl = Genl()
+    try:
+        nl.key_set(key)
+        r = d.request(SD_LINK_CMD_KEY)
+        assert r.err == 0
+        assert parse_attrs(r.replies[0])[SD_LINK_A_KEY] == key
+        assert other.request(SD_LINK_CMD_KEY).err == errno.EPERM
+        got = as_nobody(lambda: Genl("sd_link").request(
+            SD_LINK_CMD_KEY).err)
+        assert got == errno.EPERM
+        # Another namespace's daemon reads its own (none).
+        d0 = daemon(NS[0])
+        assert d0.request(SD_LINK_CMD_REGISTER).err == 0
+        assert d0.request(SD_LINK_CMD_KEY).err == errno.ENOKEY
+        d0.close()
+    finally:
+        nl.key_del()
+        nl.close()
+    for x in (d, other):
+        x.close()
 
 
 DAEMON = r"""
@@ -308,6 +692,7 @@ def test_a_killed_daemon_resets_what_it_carried(hosts):
             c.recv(5)
         after = sd_stats(NS[0])
         assert after["resets"] - before["resets"] >= 1
+        assert after["link_resets"] - before["link_resets"] == 1
         c.close()
     finally:
         if p.poll() is None:

@@ -34,7 +34,9 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "fallback_peer_unknown", "rdv_asked", "rdv_answered", "rdv_failed",
          "rdv_cached", "fallback_busy", "rdma_connects", "rdma_queued",
          "rdma_resets", "rdma_moves", "rdma_moves_crossed", "zc_pinned",
-         "fallback_auth", "rdv_auth_failed", "fallback_tcp_listener"]
+         "fallback_auth", "rdv_auth_failed", "fallback_tcp_listener",
+         "link_upcalls", "link_timeouts", "link_via", "link_incoming",
+         "link_resets"]
 SETTINGS = ["default_policy", "peer_cache_seconds", "port_range",
             "redirect", "rendezvous_port", "rendezvous_timeout_ms",
             "ring_size", "ring_size_max", "zerocopy_threshold"]

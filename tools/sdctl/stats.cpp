@@ -55,6 +55,11 @@ constexpr const char *names[] = {
 	"fallback_auth",
 	"rdv_auth_failed",
 	"fallback_tcp_listener",
+	"link_upcalls",
+	"link_timeouts",
+	"link_via",
+	"link_incoming",
+	"link_resets",
 };
 static_assert(std::size(names) == __SD_STAT_MAX, "a name for every SD_STAT_*");
 

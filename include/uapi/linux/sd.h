@@ -502,7 +502,7 @@ struct sd_rec {
  * by copying then.  Errors: EINVAL (not pool memory, misaligned, too long,
  * bad flags), ENOBUFS, EAGAIN (the send timeout passed), EINTR (a signal;
  * never restarted: the caller ends its call first), ENOTCONN,
- * EPIPE.
+ * EPIPE, EOPNOTSUPP (a connection to another host: send by copying).
  *
  * Receiving.  A consumer that meets an SD_REC_ZC record at its head, with
  * off bytes of it already taken, calls ioctl(fd, SD_IOC_ZC_RECV, &zr)
@@ -820,6 +820,11 @@ enum sd_stat {
 					 * authentication, either side
 					 */
 	SD_STAT_FALLBACK_TCP_LISTENER,	/* SD_FALLBACK_TCP_LISTENER */
+	SD_STAT_LINK_UPCALLS,	/* connects the link daemon was told of */
+	SD_STAT_LINK_TIMEOUTS,	/* ...that it gave no verdict in time */
+	SD_STAT_LINK_VIA,	/* connections to other hosts through it */
+	SD_STAT_LINK_INCOMING,	/* connections from other hosts it queued */
+	SD_STAT_LINK_RESETS,	/* of both, reset as the daemon went */
 	__SD_STAT_MAX,
 };
 

@@ -6,7 +6,8 @@
  *
  *   SD_LINK_CMD_REGISTER   admin, do: the sending netlink socket serves
  *                          its namespace from now until it is closed
- *                          (EBUSY: another one does)
+ *                          (EBUSY: another one does).  Connections it
+ *                          carried are reset when it goes.
  *   SD_LINK_CMD_CONNECT    kernel to daemon, unicast to the registered
  *                          socket: a redirected socket connects to an
  *                          address of another host and waits for the
@@ -19,6 +20,33 @@
  *                          AF_SD socket of the daemon whose queue takes
  *                          the connection (ENOENT: no such connect waits,
  *                          it gave up)
+ *   SD_LINK_CMD_INCOMING   admin, do, from the registered socket only: a
+ *                          program of another host connects to a listener
+ *                          of this namespace.  SD_LINK_A_FD: an AF_SD
+ *                          stream socket of the daemon, unbound and
+ *                          unconnected, which becomes the daemon's end of
+ *                          the connection; SD_LINK_A_LOCAL: the address the
+ *                          remote program dialled; SD_LINK_A_REMOTE: the
+ *                          remote program's address (the accepted socket's
+ *                          peer); SD_LINK_A_UID, SD_LINK_A_GID: the remote
+ *                          user as the daemons proved it, in the
+ *                          namespace's user namespace; SD_LINK_A_TX_SIZE,
+ *                          SD_LINK_A_RX_SIZE (optional): bytes in the data
+ *                          area of the daemon end's send and receive ring,
+ *                          each a power of two within SD_RING_MIN_SIZE and
+ *                          SD_RING_MAX_SIZE (default: net.sd.ring_size),
+ *                          so that they can match the other host's.
+ *                          The connect rules apply to that user, then the
+ *                          listener's accept rules, as for a local connect.
+ *                          Never waits.  The reply carries SD_LINK_A_ID,
+ *                          the connection's id (SD_LINK_ID on the fd).
+ *                          ECONNREFUSED: no AF_SD listener at LOCAL;
+ *                          EACCES: a rule refuses; EOPNOTSUPP: a connect
+ *                          rule says TCP; EAGAIN: the backlog is full;
+ *                          EISCONN, EINVAL: the socket cannot be the end
+ *   SD_LINK_CMD_KEY        admin, do, from the registered socket only: the
+ *                          reply carries the namespace's fabric key
+ *                          (sdctl key) in SD_LINK_A_KEY; ENOKEY: none set
  *
  * Addresses are nests of SD_A_ADDR_IN6 and SD_A_ADDR_PORT (<linux/sd.h>).
  */
@@ -28,7 +56,8 @@
 /*
  * getsockopt(SOL_SD, SD_LINK_ID), u64: on the daemon's end of a connection
  * made through its listener (SD_LINK_VIA), the id of the connect it
- * answered.  ENOENT on any other connection, ENOTCONN unconnected.
+ * answered; on a socket SD_LINK_CMD_INCOMING connected, the id its reply
+ * gave.  ENOENT on any other connection, ENOTCONN unconnected.
  */
 #define SD_LINK_ID		16
 
@@ -40,6 +69,8 @@ enum sd_link_cmd {
 	SD_LINK_CMD_REGISTER,
 	SD_LINK_CMD_CONNECT,
 	SD_LINK_CMD_VERDICT,
+	SD_LINK_CMD_INCOMING,
+	SD_LINK_CMD_KEY,
 	__SD_LINK_CMD_MAX,
 };
 
@@ -55,7 +86,10 @@ enum sd_link_attr {
 	SD_LINK_A_GID,		/* u32 */
 	SD_LINK_A_VERDICT,	/* u8: SD_LINK_TCP, _REFUSE, _VIA */
 	SD_LINK_A_REASON,	/* u8: SD_FALLBACK_* */
-	SD_LINK_A_FD,		/* s32: a listening AF_SD socket */
+	SD_LINK_A_FD,		/* s32: an AF_SD socket of the daemon */
+	SD_LINK_A_TX_SIZE,	/* u32: bytes in a ring's data area */
+	SD_LINK_A_RX_SIZE,	/* u32 */
+	SD_LINK_A_KEY,		/* binary: the fabric key */
 	__SD_LINK_A_MAX,
 };
 
