@@ -28,12 +28,7 @@
 namespace sdlinkd {
 namespace {
 
-// SD_LINK_CMD_KEY and SD_LINK_A_KEY (binary, 32..64 bytes) as the kernel
-// interface's specification numbers them, until <linux/sd_link.h> has
-// them.
-constexpr std::uint8_t CMD_KEY = 5;
-constexpr int A_KEY = 11;
-constexpr int A_MAX = A_KEY > SD_LINK_A_MAX ? A_KEY : SD_LINK_A_MAX;
+constexpr int A_MAX = SD_LINK_A_MAX;
 
 // The socket's receive buffer: room for this many upcalls of a burst of
 // connects before the kernel drops some (it then gives those connects TCP
@@ -267,9 +262,9 @@ void Kernel::handle(nlmsghdr *h)
 	if (g->cmd != awaited_cmd_ || !key_out_)
 		return;
 	nlattr *tb[A_MAX + 1] = {};
-	if (genlmsg_parse(h, 0, tb, A_MAX, nullptr) < 0 || !tb[A_KEY] ||
-	    !key_out_->set({static_cast<const std::uint8_t *>(nla_data(tb[A_KEY])),
-			    static_cast<std::size_t>(nla_len(tb[A_KEY]))})) {
+	if (genlmsg_parse(h, 0, tb, A_MAX, nullptr) < 0 || !tb[SD_LINK_A_KEY] ||
+	    !key_out_->set({static_cast<const std::uint8_t *>(nla_data(tb[SD_LINK_A_KEY])),
+			    static_cast<std::size_t>(nla_len(tb[SD_LINK_A_KEY]))})) {
 		reply_bad_ = true;
 		return;
 	}
@@ -343,7 +338,7 @@ int Kernel::verdict(std::uint64_t id, std::uint8_t verdict, std::uint8_t reason)
 int Kernel::key(FabricKey &out)
 {
 	out.set({});
-	return exchange(message(CMD_KEY), &out);
+	return exchange(message(SD_LINK_CMD_KEY), &out);
 }
 
 bool Kernel::receive()
