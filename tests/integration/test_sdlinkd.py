@@ -92,7 +92,8 @@ def hosts():
         if d.p.poll() is None:
             d.p.kill()
         d.wait()
-        print(f"--- sdlinkd {d.p.args[1:]}, exit {d.p.returncode}:\n{d.text()}")
+        print(f"--- sdlinkd {d.p.args[1:]}, exit {d.p.returncode}:\n"
+              f"{d.text()}")
     netns_del(*NS)
 
 
@@ -148,12 +149,16 @@ def echo(hosts):
 
 
 def fallbacks(ns=A):
-    return {k: v for k, v in sd_stats(ns).items() if k.startswith("fallback_")}
+    """The counters of fallback reasons and of the daemon's work."""
+    return {k: v for k, v in sd_stats(ns).items()
+            if k.startswith("fallback_") or k.startswith("link_")}
 
 
 def exchange(port):
     """A redirected socket of A connects to B's port, sends a few KiB and
-    reads them back.  Returns the fallback counters of A that moved."""
+    reads them back.  Returns the counters of fallback reasons and of the
+    daemon's work (link_*) of A that moved: with a daemon in A, one upcall
+    and the daemon's reason, never a timeout."""
     before = fallbacks()
     with in_netns(A):
         c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
@@ -175,6 +180,11 @@ def exchange(port):
     return {k: after[k] - before[k] for k in after if after[k] != before[k]}
 
 
+def decided(reason):
+    """What a connect the daemon of A decided moves."""
+    return {f"fallback_{reason}": 1, "link_upcalls": 1}
+
+
 KEY = bytes(range(1, 49))
 OTHER_KEY = bytes(range(101, 149))
 
@@ -185,7 +195,7 @@ def test_no_daemon_at_the_peer(hosts, echo):
     nothing)."""
     set_key(A, KEY)
     d = daemon(hosts, A)
-    assert exchange(echo.port) == {"fallback_peer_no_sd": 1}
+    assert exchange(echo.port) == decided("peer_no_sd")
     d.expect("no daemon there")
     with in_netns(B):
         trap = socket.socket(socket.AF_INET6)
@@ -193,7 +203,7 @@ def test_no_daemon_at_the_peer(hosts, echo):
     trap.bind(("::", PORT))
     trap.listen(4)
     trap.setblocking(False)
-    assert exchange(echo.port) == {"fallback_peer_no_sd": 1}
+    assert exchange(echo.port) == decided("peer_no_sd")
     with pytest.raises(BlockingIOError):
         trap.accept()
     trap.close()
@@ -207,9 +217,9 @@ def test_no_cache_dials_every_time(hosts, echo):
     set_key(A, KEY)
     set_key(B, KEY)
     d = daemon(hosts, A, "--peer-cache-seconds", "0")
-    assert exchange(echo.port) == {"fallback_peer_no_sd": 1}
+    assert exchange(echo.port) == decided("peer_no_sd")
     daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_no_rdma": 1}
+    assert exchange(echo.port) == decided("no_rdma")
     assert d.stop() == 0
 
 
@@ -220,8 +230,8 @@ def test_same_key_no_rdma(hosts, echo):
     set_key(B, KEY)
     da = daemon(hosts, A)
     db = daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_no_rdma": 1}
-    assert exchange(echo.port) == {"fallback_no_rdma": 1}
+    assert exchange(echo.port) == decided("no_rdma")
+    assert exchange(echo.port) == decided("no_rdma")
     assert db.stop() == 0
     assert da.stop() == 0
     assert db.text().count(f"session from {ADDR[0]}:") >= 1
@@ -235,7 +245,7 @@ def test_different_keys_fail_authentication(hosts, echo):
     set_key(B, OTHER_KEY)
     da = daemon(hosts, A)
     db = daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_auth": 1}
+    assert exchange(echo.port) == decided("auth")
     db.expect("authentication failed")
     assert da.stop() == 0 and db.stop() == 0
 
@@ -244,7 +254,7 @@ def test_no_key_here_is_auth_without_dialling(hosts, echo):
     set_key(B, KEY)
     da = daemon(hosts, A)
     db = daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_auth": 1}
+    assert exchange(echo.port) == decided("auth")
     da.expect("no fabric key in this namespace")
     assert da.stop() == 0 and db.stop() == 0
     assert "session from" not in db.text()
@@ -256,7 +266,7 @@ def test_no_key_at_the_peer_is_auth(hosts, echo):
     set_key(A, KEY)
     da = daemon(hosts, A)
     db = daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_auth": 1}
+    assert exchange(echo.port) == decided("auth")
     db.expect("no fabric key here")
     assert da.stop() == 0 and db.stop() == 0
 
@@ -269,19 +279,19 @@ def test_a_killed_peer_daemon(hosts, echo):
     set_key(B, KEY)
     da = daemon(hosts, A)
     db = daemon(hosts, B)
-    assert exchange(echo.port) == {"fallback_no_rdma": 1}
+    assert exchange(echo.port) == decided("no_rdma")
     assert db.stop(signal.SIGKILL) == -signal.SIGKILL
     moved = exchange(echo.port)
-    assert moved in ({"fallback_peer_no_sd": 1},
-                     {"fallback_handshake": 1}), moved
-    assert exchange(echo.port) == {"fallback_peer_no_sd": 1}
+    assert moved in (decided("peer_no_sd"),
+                     decided("handshake")), moved
+    assert exchange(echo.port) == decided("peer_no_sd")
     assert da.stop() == 0
 
 
 def test_sigterm_leaves_tcp_as_before(hosts, echo):
     set_key(A, KEY)
     d = daemon(hosts, A)
-    assert exchange(echo.port) == {"fallback_peer_no_sd": 1}
+    assert exchange(echo.port) == decided("peer_no_sd")
     assert d.stop() == 0
     assert "SIGTERM: exiting" in d.text()
     # No daemon: the kernel's own path, no rendezvous configured.
@@ -330,8 +340,8 @@ def test_a_peer_that_speaks_garbage(hosts, echo):
                              daemon=True).start()
     threading.Thread(target=serve, daemon=True).start()
     d = daemon(hosts, A)
-    assert exchange(echo.port) == {"fallback_handshake": 1}
-    assert exchange(echo.port) == {"fallback_handshake": 1}
+    assert exchange(echo.port) == decided("handshake")
+    assert exchange(echo.port) == decided("handshake")
     stop.set()
     bad.shutdown(socket.SHUT_RDWR)
     bad.close()
