@@ -10,6 +10,7 @@ which is the daemon's too) is set to its maximum, so that no verdict here
 depends on how fast the guest runs."""
 import os
 import queue
+import select
 import signal
 import socket
 import subprocess
@@ -154,7 +155,7 @@ def fallbacks(ns=A):
             if k.startswith("fallback_") or k.startswith("link_")}
 
 
-def exchange(port):
+def exchange(port, nonblocking=False):
     """A redirected socket of A connects to B's port, sends a few KiB and
     reads them back.  Returns the counters of fallback reasons and of the
     daemon's work (link_*) of A that moved: with a daemon in A, one upcall
@@ -163,8 +164,15 @@ def exchange(port):
     with in_netns(A):
         c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
     try:
-        # Blocking: a non-blocking connect does not wait for the daemon.
-        assert Family.connect(c, ADDR[1], port) == "OK"
+        if nonblocking:
+            # The verdict ends it in the background; then TCP's connect.
+            c.setblocking(False)
+            assert Family.connect(c, ADDR[1], port) == "EINPROGRESS"
+            _, w, _ = select.select([], [c], [], WAIT)
+            assert w == [c]
+            assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        else:
+            assert Family.connect(c, ADDR[1], port) == "OK"
         c.settimeout(WAIT)
         data = os.urandom(6 * 1024 + 7)
         c.sendall(data)
@@ -238,6 +246,14 @@ def test_same_key_no_rdma(hosts, echo):
     assert db.text().count(": up\n") == 1, db.text()
     assert da.text().count(f"session to {ADDR[1]}:{PORT}: up\n") == 1, \
         da.text()
+
+
+def test_nonblocking_connect_waits_for_the_verdict(hosts, echo):
+    set_key(A, KEY)
+    set_key(B, KEY)
+    daemon(hosts, A)
+    daemon(hosts, B)
+    assert exchange(echo.port, nonblocking=True) == decided("no_rdma")
 
 
 def test_different_keys_fail_authentication(hosts, echo):
