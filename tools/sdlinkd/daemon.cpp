@@ -506,7 +506,8 @@ void Daemon::on_upcall(const Upcall &up, bool bad, Time now)
 		decide(up.id, Outcome::FAILED);
 		return;
 	}
-	debug("connect %llu (uid %u) to %s", id, up.uid, text(up.remote.addr, up.remote.port).c_str());
+	debug("connect %llu (uid %u) from %s to %s", id, up.uid,
+	      text(up.local.addr, up.local.port).c_str(), text(up.remote.addr, up.remote.port).c_str());
 	if (pending_.contains(up.id)) {
 		note("connect %llu: asked about twice; ignoring the second", id);
 		return;
