@@ -361,7 +361,6 @@ void Daemon::on_readable(Conn &c, Time now)
 			return;
 		}
 		total += static_cast<std::size_t>(n);
-		c.last_rx = now;
 		std::span<const std::uint8_t> rest(buf.data(), static_cast<std::size_t>(n));
 		if (!c.session) {
 			on_keyless(c, rest);
@@ -423,12 +422,14 @@ void Daemon::on_keyless(Conn &c, std::span<const std::uint8_t> bytes)
 void Daemon::on_message(Conn &c, const sdlink::Message &m, Time now)
 {
 	using namespace sdlink;
-	if (const auto *h = std::get_if<Hello>(&m)) {
+	// Whole frames only keep a session alive: a peer that trickles bytes
+	// of one is pinged, and cut off, like a silent one.
+	c.last_rx = now;
+	if (std::holds_alternative<Hello>(m)) {
 		c.phase = Phase::UP;
 		c.phase_since = now;
 		debug("session %s %s: HELLOs exchanged, version %u", role_name(c.role),
 		      text(c.host, c.port).c_str(), c.session->version());
-		(void)h;
 		if (c.role == Role::CONNECTING) {
 			for (auto &[id, p] : pending_) {
 				if (p.conn != c.token || p.sent)

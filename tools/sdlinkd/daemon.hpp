@@ -112,7 +112,7 @@ private:
 		std::vector<std::uint8_t> tx;	// unsent bytes
 		bool want_out = false;		// EPOLLOUT asked for
 		Time phase_since{};
-		Time last_rx{};
+		Time last_rx{};			// the last whole frame came
 		Time last_use{};		// the last connect sent on it
 		bool ping_out = false;
 		std::uint64_t ping_cookie = 0;
