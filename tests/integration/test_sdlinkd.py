@@ -10,6 +10,7 @@ which is the daemon's too) is set to its maximum, so that no verdict here
 depends on how fast the guest runs."""
 import os
 import queue
+import resource
 import select
 import signal
 import socket
@@ -362,6 +363,34 @@ def test_a_peer_that_speaks_garbage(hosts, echo):
     bad.shutdown(socket.SHUT_RDWR)
     bad.close()
     assert d.p.poll() is None
+    assert d.stop() == 0
+
+
+def test_out_of_descriptors(hosts, echo):
+    """With no descriptor to spare, a connect gets handshake at once and
+    the control port's listener waits; with descriptors again, both work
+    (the waiting connection gets A's HELLO)."""
+    set_key(A, KEY)
+    d = daemon(hosts, A)
+    fds = [int(f) for f in os.listdir(f"/proc/{d.p.pid}/fd")]
+    assert sorted(fds) == list(range(len(fds)))    # no hole to reuse
+    soft, hard = resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE, (len(fds), hard))
+    assert exchange(echo.port) == decided("handshake")
+    d.expect("Too many open files")
+    with in_netns(B):
+        c = socket.create_connection((ADDR[0], PORT), timeout=WAIT)
+    d.expect("control port: accept: Too many open files")
+    resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert exchange(echo.port) == decided("peer_no_sd")
+    d.expect("control port: accepting again")
+    got = b""
+    while len(got) < 12 + 36:
+        chunk = c.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got[:4] == b"SDLK"
+    c.close()
     assert d.stop() == 0
 
 

@@ -213,8 +213,13 @@ void Daemon::accept_all(Time now)
 			case ENFILE:
 			case ENOBUFS:
 			case ENOMEM:
-				note("control port: accept: %s; pausing the listener",
-				     std::strerror(errno));
+				if (!logged_accept_failed_)
+					note("control port: accept: %s; trying again every %lld ms",
+					     std::strerror(errno),
+					     static_cast<long long>(
+						     std::chrono::duration_cast<milliseconds>(LISTEN_PAUSE)
+							     .count()));
+				logged_accept_failed_ = true;
 				pause_listener(now);
 				return;
 			default:
@@ -222,6 +227,9 @@ void Daemon::accept_all(Time now)
 				return;
 			}
 		}
+		if (logged_accept_failed_)
+			note("control port: accepting again");
+		logged_accept_failed_ = false;
 		if (len < sizeof(sa) || sa.sin6_family != AF_INET6)
 			continue;
 		const In6 host = in6_of(sa);

@@ -184,6 +184,7 @@ private:
 	bool logged_pending_full_ = false;
 	bool logged_inbound_full_ = false;
 	bool logged_host_full_ = false;
+	bool logged_accept_failed_ = false;
 	bool logged_outbound_full_ = false;
 
 	bool stop_ = false;
