@@ -1801,7 +1801,8 @@ out:
  * rules the listener, with @cli as the client, whose address the accepted
  * socket shows as its peer.  @sk takes @cli as its own address, with no
  * place in the bind table: the port is the other host's.  Never waits.
- * Returns 0 when queued, -ECONNREFUSED (no AF_SD listener at @srv),
+ * Returns 0 when queued, -ECONNREFUSED (no AF_SD listener at @srv, or TCP
+ * would give that host's connection to a plain TCP listener),
  * -EACCES (a connect or accept rule refuses), -EOPNOTSUPP (a connect rule
  * says TCP), -EAGAIN (the backlog is full), -EISCONN or -EINVAL (@sk
  * cannot be the end), -ENOMEM.
@@ -1848,6 +1849,13 @@ int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
 	g = sd_group_lookup(sd_net(net), srv);
 	if (!g)
 		goto out;
+	/*
+	 * Where TCP's SYN from that host would go to a plain TCP listener,
+	 * so does the connection: the other host connects over TCP
+	 * (decision 12, as for a local redirected client).
+	 */
+	if (sd_tcp_takes_it_elsewhere(net, g, cli, srv))
+		goto put;
 	/*
 	 * Asked here too, so that a refusal says EACCES: later, in
 	 * sd_conn_establish(), ECONNREFUSED means the listener went.

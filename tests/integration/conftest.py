@@ -25,6 +25,16 @@ SPLAT = re.compile(r"WARNING:|BUG:|Oops|general protection|refcount_t|"
                    r"blocked for more than|Call Trace:")
 
 
+def pytest_configure(config):
+    """The markers that choose lanes (scripts/check)."""
+    config.addinivalue_line(
+        "markers", "debug_ci: in the debug kernel lane's CI subset "
+        "(scripts/check debug-ci)")
+    config.addinivalue_line(
+        "markers", "debug_ci_skip: left out of that subset although its "
+        "file is in it")
+
+
 def prog(name):
     """Path of a test program built by CMake."""
     path = PROGS / name

@@ -25,6 +25,9 @@ import sdgenl
 from conftest import StatsDelta, protocol_sockets, settled_sockets, wait_for
 from sdsock import Family
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 SDRUN = os.path.join(TOP, "build", "user", "lib", "shim", "sdrun")

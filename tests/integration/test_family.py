@@ -3,7 +3,12 @@ protocols, and clean close (issue: foundation)."""
 import pathlib
 import socket
 
+import pytest
+
 from conftest import AF_SD, prog, protocol_sockets, run_json, wait_for
+
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
 
 
 def probe():

@@ -23,10 +23,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEBUGFS = pathlib.Path("/sys/kernel/debug")
 POINTS = ("failslab", "fail_page_alloc")
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.debug_ci, pytest.mark.skipif(
     not all((DEBUGFS / p / "probability").exists() for p in POINTS),
     reason="needs FAILSLAB and FAIL_PAGE_ALLOC: the debug kernel lane "
-           "(make check-debug)")
+           "(make check-debug)")]
 
 CHILD = textwrap.dedent("""
     import errno, json, mmap, os, random, socket, struct, sys

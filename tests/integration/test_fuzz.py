@@ -29,6 +29,9 @@ from conftest import (netns_del, netns_pair, ns_key, ns_sysctl, nsrun, prog,
 from rdvwire import KEY
 from sdsock import Family
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SECONDS = int(os.environ.get("SD_FUZZ_SECONDS", "20"))
 SDRUN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "build", "user", "lib", "shim", "sdrun")

@@ -14,6 +14,9 @@ import pytest
 from sdsock import Family
 from test_sd_specific import offsets
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 HERE = os.path.dirname(os.path.abspath(__file__))
 NOBODY = 65534

@@ -16,6 +16,9 @@ from sdgenl import Genl, as_nobody, attr, attr_u8, attr_u16, attr_u32, \
 import sdgenl
 from sdsock import Family, peername, sockname
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 (SD_LINK_CMD_REGISTER, SD_LINK_CMD_CONNECT, SD_LINK_CMD_VERDICT,
  SD_LINK_CMD_INCOMING, SD_LINK_CMD_KEY) = range(1, 6)
 (SD_LINK_A_ID, SD_LINK_A_LOCAL, SD_LINK_A_REMOTE, SD_LINK_A_UID,
@@ -26,6 +29,7 @@ SD_FALLBACK_NO_RDMA = 3
 SD_A_ADDR_IN6, SD_A_ADDR_PORT = 1, 2
 SD_PROTO_INET = 0x10002
 SOL_SD, SD_MMAP_OFFSETS, SD_TRANSPORT, SD_LINK_ID = 0x5344, 1, 8, 16
+SD_REUSEPORT = 2
 SD_TRANSPORT_RDMA = 2
 
 NS = ("sdlk0", "sdlk1")
@@ -562,6 +566,36 @@ def test_incoming_meets_the_rules_and_the_backlog(hosts):
         nl.flush()
         nl.close()
     for x in [a, s, lst, d] + more:
+        x.close()
+
+
+def test_incoming_goes_where_tcp_would(hosts):
+    """A redirected AF_SD listener on 0.0.0.0 and a plain TCP listener of
+    the same owner on B's address share a port: TCP would give the other
+    host's connection to the plain one, so the daemon is refused (the
+    other host then connects over TCP); to an address of B that only the
+    AF_SD listener covers, it is queued."""
+    assert ns_sysctl(NS[1], "redirect", 1) is None
+    d = daemon(NS[1])
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    with in_netns(NS[1]):
+        sd_lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+        tcp_lst = socket.socket()
+    sd_lst.setsockopt(SOL_SD, SD_REUSEPORT, 1)
+    assert Family.bind(sd_lst, "0.0.0.0", 0) == "OK"
+    sd_lst.listen(4)
+    port = sockname(sd_lst)[1]
+    tcp_lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    tcp_lst.bind((ADDR[1], port))
+    tcp_lst.listen(4)
+    s = sock_in_b()
+    there = ("10.99.0.5", 4321)
+    assert incoming(d, s.fileno(), (ADDR[1], port), there)[0] == \
+        errno.ECONNREFUSED
+    assert incoming(d, s.fileno(), ("127.0.0.1", port), there)[0] == 0
+    a = Family.accept(sd_lst)
+    assert peername(a) == there
+    for x in (a, s, sd_lst, tcp_lst, d):
         x.close()
 
 

@@ -35,6 +35,9 @@ import pytest
 from conftest import TOP, StatsDelta, kernel_log, prog
 from sdsock import Family
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SECONDS = float(os.environ.get("SD_TEST_MALICE_SECONDS", "10"))
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 SD = Family("sd")

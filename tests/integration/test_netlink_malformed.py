@@ -40,6 +40,9 @@ from sdgenl import (NLA_F_NESTED, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
                     attr_u64, mapped, nest, parse_attrs)
 from sdsock import Family
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 ACTION = attr_u8(SD_A_RULE_ACTION, SD_ACTION_DENY)
 DIR = attr_u8(SD_A_RULE_DIR, SD_DIR_CONNECT)

@@ -17,6 +17,9 @@ import pytest
 
 from sdsock import Family
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 IOC_RECV_WAIT = (1 << 30) | (4 << 16) | (0x53 << 8) | 0xDD
 

@@ -19,6 +19,9 @@ from conftest import SDCTL, protocol_sockets, sd_stats, wait_for
 from sdsock import (SD_MMAP_OFFSETS, SD_REUSEPORT, SOL_SD, Family, errname,
                     sockname)
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 REUSEPORT = [(SOL_SD, SD_REUSEPORT, 1)]
 SYSCTL = "/proc/sys/net/sd/"

@@ -21,6 +21,9 @@ from sdgenl import (SD_A_SOCK_INODE, SD_A_SOCK_PID, SD_A_SOCK_UID,
                     SD_CMD_SOCK_GET, Genl, as_nobody, parse_attrs)
 from sdsock import Family, errname, sockname
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SD, TCP = Family("sd"), Family("tcp")
 SYS_CONNECT = 42                      # x86_64

@@ -16,6 +16,9 @@ import pytest
 from sdsock import Family
 from test_sd_specific import offsets
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 TX, RX = 0, 1
 IOC_ACQUIRE = (3 << 30) | (32 << 16) | (0x53 << 8) | 0xD1

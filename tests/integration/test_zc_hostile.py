@@ -21,6 +21,9 @@ from conftest import StatsDelta, wait_for
 from sdsock import Family, errname
 from test_tokens import TX, Owner
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 SD = Family("sd")
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDRUN = os.path.join(os.path.dirname(os.path.dirname(HERE)), "build", "user",

@@ -21,6 +21,9 @@ from test_zc_hostile import (CG, PAGE, POOL, REC_VALID, REC_ZC, SD, memcg,
                              memory_current, page_bytes, pool, zc_record,
                              zc_send)
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst).
+pytestmark = pytest.mark.debug_ci
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 libc = ctypes.CDLL(None, use_errno=True)
 libc.recv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,

@@ -17,6 +17,12 @@ import pytest
 
 from conftest import StatsDelta, TOP, prog
 
+# In the debug kernel lane's CI subset (Documentation/testing.rst), but
+# for the tests marked debug_ci_skip: the plain TCP reference runs, the
+# copy-only runs and the runs with zero copy on by default, whose calls
+# are those of the runs with SD_ZEROCOPY=1.
+pytestmark = pytest.mark.debug_ci
+
 SDRUN = str(TOP / "build" / "user" / "lib" / "shim" / "sdrun")
 # A program's own allocator (Debian's libjemalloc2, which Redis links).
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -145,6 +151,7 @@ def test_every_scenario_is_tested():
     assert sorted(out) == sorted(SCENARIOS)
 
 
+@pytest.mark.debug_ci_skip
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_tcp(name, no_leak):
     assert tcp_bytes(name) > 0
@@ -167,6 +174,7 @@ def test_zero_copy(name, redirect_on, no_leak):
     check_zero_copy(name, under_sdrun(name))
 
 
+@pytest.mark.debug_ci_skip
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_zero_copy_off(name, redirect_on, no_leak):
     """SD_ZEROCOPY=0: the same bytes over AF_SD, no page handed over."""
@@ -178,12 +186,14 @@ def test_zero_copy_off(name, redirect_on, no_leak):
 DEFAULT_SCENARIOS = ["overwrite", "fork-between", "threads", "relay"]
 
 
+@pytest.mark.debug_ci_skip
 @pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
 def test_zero_copy_by_default(name, redirect_on, no_leak):
     """SD_ZEROCOPY unset, glibc's malloc: zero copy is on."""
     check_zero_copy(name, under_sdrun(name, zerocopy=None))
 
 
+@pytest.mark.debug_ci_skip
 @pytest.mark.parametrize("name", DEFAULT_SCENARIOS)
 def test_jemalloc_default_off(name, redirect_on, no_leak):
     """The program's malloc is jemalloc's: the shim forwards to it and
@@ -224,7 +234,9 @@ print(sent)
 """
 
 
-@pytest.mark.parametrize("zerocopy", [None, "0"], ids=["zc", "copy"])
+@pytest.mark.parametrize("zerocopy", [
+    None, pytest.param("0", marks=pytest.mark.debug_ci_skip)],
+    ids=["zc", "copy"])
 def test_nonblocking_send_queues_pages_beside_the_ring(zerocopy, redirect_on,
                                                        no_leak):
     """A deliberate difference from TCP (af_sd.rst): with zero copy a

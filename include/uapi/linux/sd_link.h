@@ -40,7 +40,8 @@
  *                          listener's accept rules, as for a local connect.
  *                          Never waits.  The reply carries SD_LINK_A_ID,
  *                          the connection's id (SD_LINK_ID on the fd).
- *                          ECONNREFUSED: no AF_SD listener at LOCAL;
+ *                          ECONNREFUSED: no AF_SD listener at LOCAL, or
+ *                          TCP would give it to a plain TCP listener;
  *                          EACCES: a rule refuses; EOPNOTSUPP: a connect
  *                          rule says TCP; EAGAIN: the backlog is full;
  *                          EISCONN, EINVAL: the socket cannot be the end
