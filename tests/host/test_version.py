@@ -1,5 +1,5 @@
 """The one version in VERSION is everyone's: CMake's project version (libsd,
-sdctl, sdrun), the module's MODULE_VERSION, and the DKMS package's
+sdctl, sdrun, sdlinkd), the module's MODULE_VERSION, and the DKMS package's
 PACKAGE_VERSION, including a module built from the DKMS source tree the way
 dkms.conf says.  Runs on the host after make (make check-host):
 /usr/bin/python3 -m pytest tests/host/test_version.py"""
@@ -83,6 +83,12 @@ def test_sdrun_version():
     out = subprocess.run([str(built(USER / "lib" / "shim" / "sdrun")), "--version"],
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["sdrun", VERSION]
+
+
+def test_sdlinkd_version():
+    out = subprocess.run([str(built(USER / "tools" / "sdlinkd" / "sdlinkd")), "--version"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["sdlinkd", VERSION]
 
 
 def test_module_version():

@@ -1,0 +1,418 @@
+"""sdlinkd, the link daemon (tools/sdlinkd, Documentation/sdlinkd.rst),
+between two hosts: network namespaces A and B joined by a veth pair.  A
+redirected socket of A connects to a plain TCP echo server of B; sdlinkd
+runs in A, and in B when the case needs it.  Every case checks the one
+fallback counter of A that the connect moved, and that the connection,
+which goes over TCP, carries data both ways intact.
+
+The kernel's bound on a connect's wait (net.sd.rendezvous_timeout_ms,
+which is the daemon's too) is set to its maximum, so that no verdict here
+depends on how fast the guest runs."""
+import os
+import queue
+import resource
+import select
+import signal
+import socket
+import subprocess
+import threading
+
+import pytest
+
+from conftest import AF_SD, TOP, in_netns, netns_del, netns_pair, nspopen, \
+    nsrun, ns_sysctl, sd_stats
+from sdsock import Family
+
+SDLINKD = str(TOP / "build" / "user" / "tools" / "sdlinkd" / "sdlinkd")
+SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
+SD_PROTO_INET = 0x10002
+PORT = 7471                     # sdlinkd's default control port
+
+NS = ("sdld0", "sdld1")
+ADDR = ("10.79.0.1", "10.79.0.2")
+A, B = NS
+# Generous bounds on waits that end as soon as what they wait for comes.
+WAIT = 120
+
+
+class Daemon:
+    """sdlinkd in namespace ns (ip netns's), its log collected."""
+
+    def __init__(self, ns, *args, ready=True):
+        if not os.path.exists(SDLINKD):
+            pytest.fail(f"{SDLINKD} is not built: run make first")
+        self.p = nspopen(ns, SDLINKD, "--verbose", *args,
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.lines = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if ready:
+            self.expect("serving this network namespace")
+
+    def _read(self):
+        for line in self.p.stderr:
+            self.log.append(line)
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def expect(self, text):
+        """Wait for a log line with text; fail if the daemon ends first."""
+        while True:
+            line = self.lines.get(timeout=WAIT)
+            if line is None:
+                pytest.fail(f"sdlinkd ended ({self.p.wait()}) before "
+                            f"'{text}':\n{''.join(self.log)}")
+            if text in line:
+                return line
+
+    def stop(self, sig=signal.SIGTERM):
+        """Signal it, wait for it, and return its exit status once its
+        whole log is read."""
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        return self.wait()
+
+    def wait(self):
+        rc = self.p.wait(WAIT)
+        self.reader.join(WAIT)
+        return rc
+
+    def text(self):
+        return "".join(self.log)
+
+
+@pytest.fixture
+def hosts():
+    netns_pair(A, B, "sdldv0", "sdldv1", *ADDR)
+    assert ns_sysctl(A, "redirect", 1) is None
+    assert ns_sysctl(A, "rendezvous_timeout_ms", 60000) is None
+    started = []
+    yield started
+    for d in started:
+        if d.p.poll() is None:
+            d.p.kill()
+        d.wait()
+        print(f"--- sdlinkd {d.p.args[1:]}, exit {d.p.returncode}:\n"
+              f"{d.text()}")
+    netns_del(*NS)
+
+
+def daemon(started, ns, *args, **kw):
+    d = Daemon(ns, *args, **kw)
+    started.append(d)
+    return d
+
+
+def set_key(ns, key):
+    out = nsrun(ns, SDCTL, "key", "set", "-", input=key, capture_output=True)
+    assert out.returncode == 0, out.stderr
+
+
+class Echo:
+    """A plain TCP echo server of B, each connection in a thread."""
+
+    def __init__(self):
+        with in_netns(B):
+            self.s = socket.socket()
+        self.s.bind((ADDR[1], 0))
+        self.s.listen(16)
+        self.port = self.s.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.s.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._echo, args=(c,), daemon=True).start()
+
+    @staticmethod
+    def _echo(c):
+        with c:
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    return
+                c.sendall(d)
+
+    def close(self):
+        self.s.shutdown(socket.SHUT_RDWR)     # wakes the accepting thread
+        self.s.close()
+
+
+@pytest.fixture
+def echo(hosts):
+    e = Echo()
+    yield e
+    e.close()
+
+
+def fallbacks(ns=A):
+    """The counters of fallback reasons and of the daemon's work."""
+    return {k: v for k, v in sd_stats(ns).items()
+            if k.startswith("fallback_") or k.startswith("link_")}
+
+
+def exchange(port, nonblocking=False):
+    """A redirected socket of A connects to B's port, sends a few KiB and
+    reads them back.  Returns the counters of fallback reasons and of the
+    daemon's work (link_*) of A that moved: with a daemon in A, one upcall
+    and the daemon's reason, never a timeout."""
+    before = fallbacks()
+    with in_netns(A):
+        c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    try:
+        if nonblocking:
+            # The verdict ends it in the background; then TCP's connect.
+            c.setblocking(False)
+            assert Family.connect(c, ADDR[1], port) == "EINPROGRESS"
+            _, w, _ = select.select([], [c], [], WAIT)
+            assert w == [c]
+            assert c.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0
+        else:
+            assert Family.connect(c, ADDR[1], port) == "OK"
+        c.settimeout(WAIT)
+        data = os.urandom(6 * 1024 + 7)
+        c.sendall(data)
+        got = b""
+        while len(got) < len(data):
+            d = c.recv(65536)
+            assert d, f"EOF after {len(got)} of {len(data)} bytes"
+            got += d
+        assert got == data
+    finally:
+        c.close()
+    after = fallbacks()
+    return {k: after[k] - before[k] for k in after if after[k] != before[k]}
+
+
+def decided(reason):
+    """What a connect the daemon of A decided moves."""
+    return {f"fallback_{reason}": 1, "link_upcalls": 1}
+
+
+KEY = bytes(range(1, 49))
+OTHER_KEY = bytes(range(101, 149))
+
+
+def test_no_daemon_at_the_peer(hosts, echo):
+    """B runs no daemon: peer_no_sd, and the next connect is decided by
+    the cache, without dialling (a listener now on B's control port sees
+    nothing)."""
+    set_key(A, KEY)
+    d = daemon(hosts, A)
+    assert exchange(echo.port) == decided("peer_no_sd")
+    d.expect("no daemon there")
+    with in_netns(B):
+        trap = socket.socket(socket.AF_INET6)
+    trap.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    trap.bind(("::", PORT))
+    trap.listen(4)
+    trap.setblocking(False)
+    assert exchange(echo.port) == decided("peer_no_sd")
+    with pytest.raises(BlockingIOError):
+        trap.accept()
+    trap.close()
+    assert d.stop() == 0
+    assert "(remembered)" in d.text()
+
+
+def test_no_cache_dials_every_time(hosts, echo):
+    """--peer-cache-seconds 0: each connect dials, and finds the daemon
+    B started meanwhile."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    d = daemon(hosts, A, "--peer-cache-seconds", "0")
+    assert exchange(echo.port) == decided("peer_no_sd")
+    daemon(hosts, B)
+    assert exchange(echo.port) == decided("no_rdma")
+    assert d.stop() == 0
+
+
+def test_same_key_no_rdma(hosts, echo):
+    """Daemons on both hosts with the same key: B answers NO_RDMA (no
+    data path yet).  Two connects share one session."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    da = daemon(hosts, A)
+    db = daemon(hosts, B)
+    assert exchange(echo.port) == decided("no_rdma")
+    assert exchange(echo.port) == decided("no_rdma")
+    assert db.stop() == 0
+    assert da.stop() == 0
+    assert db.text().count(f"session from {ADDR[0]}:") >= 1
+    assert db.text().count(": up\n") == 1, db.text()
+    assert da.text().count(f"session to {ADDR[1]}:{PORT}: up\n") == 1, \
+        da.text()
+
+
+def test_nonblocking_connect_waits_for_the_verdict(hosts, echo):
+    set_key(A, KEY)
+    set_key(B, KEY)
+    daemon(hosts, A)
+    daemon(hosts, B)
+    assert exchange(echo.port, nonblocking=True) == decided("no_rdma")
+
+
+def test_different_keys_fail_authentication(hosts, echo):
+    set_key(A, KEY)
+    set_key(B, OTHER_KEY)
+    da = daemon(hosts, A)
+    db = daemon(hosts, B)
+    assert exchange(echo.port) == decided("auth")
+    db.expect("authentication failed")
+    assert da.stop() == 0 and db.stop() == 0
+
+
+def test_no_key_here_is_auth_without_dialling(hosts, echo):
+    set_key(B, KEY)
+    da = daemon(hosts, A)
+    db = daemon(hosts, B)
+    assert exchange(echo.port) == decided("auth")
+    da.expect("no fabric key in this namespace")
+    assert da.stop() == 0 and db.stop() == 0
+    assert "session from" not in db.text()
+
+
+def test_no_key_at_the_peer_is_auth(hosts, echo):
+    """B's daemon has no key: it closes after A's HELLO, and A counts an
+    authentication failure."""
+    set_key(A, KEY)
+    da = daemon(hosts, A)
+    db = daemon(hosts, B)
+    assert exchange(echo.port) == decided("auth")
+    db.expect("no fabric key here")
+    assert da.stop() == 0 and db.stop() == 0
+
+
+def test_a_killed_peer_daemon(hosts, echo):
+    """B's daemon killed: A's next connect falls back at once (B's control
+    port refuses, or the session ends under the connect), and the one
+    after it too."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    da = daemon(hosts, A)
+    db = daemon(hosts, B)
+    assert exchange(echo.port) == decided("no_rdma")
+    assert db.stop(signal.SIGKILL) == -signal.SIGKILL
+    moved = exchange(echo.port)
+    assert moved in (decided("peer_no_sd"),
+                     decided("handshake")), moved
+    assert exchange(echo.port) == decided("peer_no_sd")
+    assert da.stop() == 0
+
+
+def test_sigterm_leaves_tcp_as_before(hosts, echo):
+    set_key(A, KEY)
+    d = daemon(hosts, A)
+    assert exchange(echo.port) == decided("peer_no_sd")
+    assert d.stop() == 0
+    assert "SIGTERM: exiting" in d.text()
+    # No daemon: the kernel's own path, no rendezvous configured.
+    assert exchange(echo.port) == {"fallback_remote": 1}
+
+
+def test_one_daemon_per_namespace(hosts):
+    daemon(hosts, A)
+    second = daemon(hosts, A, ready=False)
+    assert second.wait() == 1
+    assert "another link daemon serves this network namespace" in \
+        second.text()
+
+
+def test_command_line():
+    for args, rc in ((["--help"], 0), (["--bogus"], 2), (["--port", "0"], 2),
+                     (["extra"], 2)):
+        out = subprocess.run([SDLINKD] + args, capture_output=True,
+                             text=True, timeout=WAIT)
+        assert out.returncode == rc, (args, out)
+        assert "usage: sdlinkd" in (out.stdout if rc == 0 else out.stderr)
+
+
+def test_a_peer_that_speaks_garbage(hosts, echo):
+    """Not a daemon on B's control port, sending bytes that are no frame:
+    handshake, and A's daemon lives on for the next connect."""
+    set_key(A, KEY)
+    with in_netns(B):
+        bad = socket.socket(socket.AF_INET6)
+    bad.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    bad.bind(("::", PORT))
+    bad.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                c, _ = bad.accept()
+            except OSError:
+                return
+            try:
+                c.sendall(b"\xff" * 4096)
+            except OSError:
+                pass
+            threading.Thread(target=lambda c=c: (stop.wait(), c.close()),
+                             daemon=True).start()
+    threading.Thread(target=serve, daemon=True).start()
+    d = daemon(hosts, A)
+    assert exchange(echo.port) == decided("handshake")
+    assert exchange(echo.port) == decided("handshake")
+    stop.set()
+    bad.shutdown(socket.SHUT_RDWR)
+    bad.close()
+    assert d.p.poll() is None
+    assert d.stop() == 0
+
+
+def test_out_of_descriptors(hosts, echo):
+    """With no descriptor to spare, a connect gets handshake at once and
+    the control port's listener waits; with descriptors again, both work
+    (the waiting connection gets A's HELLO)."""
+    set_key(A, KEY)
+    d = daemon(hosts, A)
+    fds = [int(f) for f in os.listdir(f"/proc/{d.p.pid}/fd")]
+    assert sorted(fds) == list(range(len(fds)))    # no hole to reuse
+    soft, hard = resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE, (len(fds), hard))
+    assert exchange(echo.port) == decided("handshake")
+    d.expect("Too many open files")
+    with in_netns(B):
+        c = socket.create_connection((ADDR[0], PORT), timeout=WAIT)
+    d.expect("control port: accept: Too many open files")
+    resource.prlimit(d.p.pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert exchange(echo.port) == decided("peer_no_sd")
+    d.expect("control port: accepting again")
+    got = b""
+    while len(got) < 12 + 36:
+        chunk = c.recv(4096)
+        assert chunk, got
+        got += chunk
+    assert got[:4] == b"SDLK"
+    c.close()
+    assert d.stop() == 0
+
+
+def test_garbage_into_the_control_port(hosts):
+    """A connection to A's daemon that sends no HELLO but garbage gets A's
+    HELLO, then is closed; the daemon lives on."""
+    set_key(A, KEY)
+    d = daemon(hosts, A)
+    with in_netns(B):
+        c = socket.create_connection((ADDR[0], PORT), timeout=WAIT)
+    c.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"\0" * 100)
+    got = b""
+    while True:
+        try:
+            chunk = c.recv(4096)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        got += chunk
+    c.close()
+    assert got[:4] == b"SDLK" and len(got) == 12 + 36
+    d.expect("session from")
+    assert d.p.poll() is None
+    assert d.stop() == 0
