@@ -111,7 +111,8 @@ inline sdlink::Connect sample_connect()
 	c.dst.port = 0xabcd;
 	c.uid = 0xa1a2a3a4;
 	c.gid = 0xb1b2b3b4;
-	c.endpoint = sample_endpoint();
+	c.send_size = 0x00200000;
+	c.recv_size = 0x00010000;
 	return c;
 }
 
@@ -135,11 +136,13 @@ inline sdlink::Message sample(sdlink::Type type)
 	case Type::CLOSE: return Close{0x1122334455667788, Reason::RESET};
 	case Type::PING: return Ping{0x0102030405060708};
 	case Type::PONG: return Pong{0xfffffffffffffffe};
+	case Type::READY: return Ready{0x8877665544332211, sample_endpoint()};
 	}
 	return Ping{};
 }
 
 constexpr sdlink::Type ALL_TYPES[] = {sdlink::Type::HELLO, sdlink::Type::CONNECT, sdlink::Type::ANSWER,
-				      sdlink::Type::CLOSE,  sdlink::Type::PING,    sdlink::Type::PONG};
+				      sdlink::Type::CLOSE,  sdlink::Type::PING,    sdlink::Type::PONG,
+				      sdlink::Type::READY};
 
 } // namespace test

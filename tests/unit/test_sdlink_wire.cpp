@@ -70,12 +70,10 @@ void golden_bytes(void **)
 					  " 000102030405060708090a0b0c0d0e0f"
 					  " 101112131415161718191a1b1c1d1e1f");
 	expect_bytes(sample(Type::CONNECT),
-		     "53444c4b 01 02 0000 0000006b  8102030405060708"
+		     "53444c4b 01 02 0000 0000003c  8102030405060708"
 		     " 00000000000000000000ffff0a000001 1234"
 		     " 20010db8000000000000000000000002 abcd"
-		     " a1a2a3a4 b1b2b3b4"
-		     " f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff 00c1c2c3 00d1d2d3 e1e2 05"
-		     " 1011121314151617 20212223 30313233 4041424344454647 50515253");
+		     " a1a2a3a4 b1b2b3b4 00200000 00010000");
 	expect_bytes(sample(Type::ANSWER),
 		     "53444c4b 01 03 0000 00000040  1122334455667788 03"
 		     " f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff 00c1c2c3 00d1d2d3 e1e2 05"
@@ -83,6 +81,10 @@ void golden_bytes(void **)
 	expect_bytes(sample(Type::CLOSE), "53444c4b 01 04 0000 00000009  1122334455667788 01");
 	expect_bytes(sample(Type::PING), "53444c4b 01 05 0000 00000008  0102030405060708");
 	expect_bytes(sample(Type::PONG), "53444c4b 01 06 0000 00000008  fffffffffffffffe");
+	expect_bytes(sample(Type::READY),
+		     "53444c4b 01 07 0000 0000003f  8877665544332211"
+		     " f0f1f2f3f4f5f6f7f8f9fafbfcfdfeff 00c1c2c3 00d1d2d3 e1e2 05"
+		     " 1011121314151617 20212223 30313233 4041424344454647 50515253");
 }
 
 void round_trip(const Message &msg)
@@ -106,14 +108,16 @@ void round_trips(void **)
 		round_trip(sample(t));
 
 	// Every enumerator, and extreme values.
-	for (const Verdict v : {Verdict::ACCEPT, Verdict::REFUSED, Verdict::NO_RDMA, Verdict::BUSY})
+	for (const Verdict v : {Verdict::ACCEPT, Verdict::REFUSED, Verdict::NO_RDMA, Verdict::BUSY,
+				Verdict::DENIED, Verdict::POLICY})
 		round_trip(Answer{~std::uint64_t{0}, v, test::sample_endpoint()});
 	round_trip(Close{0, Reason::FIN});
 	round_trip(Close{~std::uint64_t{0}, Reason::RESET});
 	round_trip(Ping{0});
 	round_trip(Pong{0});
-	round_trip(Connect{});
+	round_trip(Connect{0, {}, {}, 0, 0, 1, 1});
 	round_trip(Answer{});
+	round_trip(Ready{});
 	Hello h = test::sample_hello();
 	h.role = Role::CONNECTING;
 	h.min_version = 1;
@@ -123,21 +127,25 @@ void round_trips(void **)
 	round_trip(h);
 
 	Connect c = test::sample_connect();
-	c.endpoint.ring = {~std::uint64_t{0}, ~0u, ~0u, ~std::uint64_t{0}, ~0u};
-	c.endpoint.qpn = c.endpoint.psn = ~0u;
-	c.endpoint.lid = 0xffff;
-	c.endpoint.mtu = 0xff;
+	c.send_size = c.recv_size = 0x80000000;
 	round_trip(c);
+	Ready r{~std::uint64_t{0}, test::sample_endpoint()};
+	r.endpoint.ring = {~std::uint64_t{0}, ~0u, ~0u, ~std::uint64_t{0}, ~0u};
+	r.endpoint.qpn = r.endpoint.psn = ~0u;
+	r.endpoint.lid = 0xffff;
+	r.endpoint.mtu = 0xff;
+	round_trip(r);
 }
 
 void sizes(void **)
 {
 	assert_int_equal(payload_len(Type::HELLO), 36);
-	assert_int_equal(payload_len(Type::CONNECT), 107);
+	assert_int_equal(payload_len(Type::CONNECT), 60);
 	assert_int_equal(payload_len(Type::ANSWER), 64);
 	assert_int_equal(payload_len(Type::CLOSE), 9);
 	assert_int_equal(payload_len(Type::PING), 8);
 	assert_int_equal(payload_len(Type::PONG), 8);
+	assert_int_equal(payload_len(Type::READY), 63);
 	for (const Type t : ALL_TYPES) {
 		assert_true(payload_len(t) <= MAX_BODY);
 		assert_int_equal(static_cast<int>(type_of(sample(t))), static_cast<int>(t));
@@ -220,10 +228,10 @@ void bad_headers(void **)
 		assert_err(header_length_error(t, len - 1), BAD_LENGTH);
 		assert_err(header_length_error(t, len + 1), BAD_LENGTH);
 	}
-	for (const std::uint8_t type : std::initializer_list<std::uint8_t>{0, 7, 8, 0x80, 0xff})
+	for (const std::uint8_t type : std::initializer_list<std::uint8_t>{0, 8, 9, 0x80, 0xff})
 		assert_err(header_error(Type::PING, 5, type), BAD_TYPE);
 	assert_err(decode_payload(static_cast<Type>(0), {}).error(), BAD_TYPE);
-	assert_err(decode_payload(static_cast<Type>(7), {}).error(), BAD_TYPE);
+	assert_err(decode_payload(static_cast<Type>(8), {}).error(), BAD_TYPE);
 
 	// The header alone, with less than a frame behind it, is judged at once.
 	std::array<std::uint8_t, 16> h{};
@@ -252,10 +260,21 @@ Err field_error(const Message &msg, std::size_t at, std::uint8_t value)
 void bad_fields(void **)
 {
 	const Message answer = sample(Type::ANSWER), close = sample(Type::CLOSE), hello = sample(Type::HELLO);
-	for (const std::uint8_t v : std::initializer_list<std::uint8_t>{4, 5, 0x7f, 0x80, 0xff})
+	for (const std::uint8_t v : std::initializer_list<std::uint8_t>{6, 7, 0x7f, 0x80, 0xff})
 		assert_err(field_error(answer, 8, v), BAD_FIELD);
-	for (std::uint8_t v = 0; v < 4; v++)
+	for (std::uint8_t v = 0; v < 6; v++)
 		assert_err(field_error(answer, 8, v), OK);
+	// CONNECT: ring sizes zero or not a power of two.
+	const Message connect = sample(Type::CONNECT);
+	for (const std::size_t at : {std::size_t{52}, std::size_t{56}}) {
+		Wire w = wire_of(connect);
+		std::memset(&w.buf[HEADER_LEN + at], 0, 4);
+		assert_err(decode(w.bytes()).error(), BAD_FIELD);
+		w.buf[HEADER_LEN + at + 3] = 3;
+		assert_err(decode(w.bytes()).error(), BAD_FIELD);
+		w.buf[HEADER_LEN + at + 3] = 4;
+		assert_err(decode(w.bytes()).error(), OK);
+	}
 	for (const std::uint8_t v : std::initializer_list<std::uint8_t>{2, 3, 0xff})
 		assert_err(field_error(close, 8, v), BAD_FIELD);
 	// HELLO: min_version 0, min above max, role, reserved.
@@ -278,7 +297,8 @@ void bad_fields(void **)
 void encode_errors(void **)
 {
 	std::array<std::uint8_t, HEADER_LEN + MAX_BODY> out{};
-	assert_err(encode_frame(Answer{1, static_cast<Verdict>(4), {}}, 1, out).error(), BAD_FIELD);
+	assert_err(encode_frame(Answer{1, static_cast<Verdict>(6), {}}, 1, out).error(), BAD_FIELD);
+	assert_err(encode_frame(Connect{}, 1, out).error(), BAD_FIELD);
 	assert_err(encode_frame(Close{1, static_cast<Reason>(2)}, 1, out).error(), BAD_FIELD);
 	Hello h = test::sample_hello();
 	h.reserved = 1;
@@ -363,7 +383,7 @@ void random_bytes(void **)
 		for (std::size_t j = 0; j < len; j++)
 			buf[j] = static_cast<std::uint8_t>(rng());
 		if (i % 2 && len >= HEADER_LEN) {
-			const Type t = ALL_TYPES[rng() % 6];
+			const Type t = ALL_TYPES[rng() % std::size(ALL_TYPES)];
 			unhex("53444c4b 01 00 0000 00000000", buf);
 			buf[5] = rng() % 8 ? static_cast<std::uint8_t>(t) : static_cast<std::uint8_t>(rng());
 			buf[11] = static_cast<std::uint8_t>(rng() % 4 ? payload_len(t) : rng() % 256);
@@ -416,6 +436,12 @@ void random_payloads(void **)
 			}
 			if (i % 4 && t == Type::ANSWER)
 				frame[HEADER_LEN + 8] &= 3;
+			if (i % 4 && t == Type::CONNECT) {
+				// Ring sizes: one bit each.
+				std::memset(&frame[HEADER_LEN + 52], 0, 8);
+				frame[HEADER_LEN + 53 + rng() % 3] = static_cast<std::uint8_t>(1u << rng() % 8);
+				frame[HEADER_LEN + 57 + rng() % 3] = static_cast<std::uint8_t>(1u << rng() % 8);
+			}
 			if (i % 4 && t == Type::CLOSE)
 				frame[HEADER_LEN + 8] &= 1;
 			const Bytes payload = at_guard(Bytes(frame.data() + HEADER_LEN, len));

@@ -62,6 +62,14 @@ constexpr void walk(IO &io, M &m)
 	walk(io, m.dst);
 	io(m.uid);
 	io(m.gid);
+	io(m.send_size);
+	io(m.recv_size);
+}
+
+template <typename IO, Is<Ready> M>
+constexpr void walk(IO &io, M &m)
+{
+	io(m.id);
 	walk(io, m.endpoint);
 }
 
@@ -112,7 +120,8 @@ static_assert(walked_size<Answer>() == payload_len(Type::ANSWER));
 static_assert(walked_size<Close>() == payload_len(Type::CLOSE));
 static_assert(walked_size<Ping>() == payload_len(Type::PING));
 static_assert(walked_size<Pong>() == payload_len(Type::PONG));
-static_assert(walked_size<Connect>() == MAX_BODY);
+static_assert(walked_size<Ready>() == payload_len(Type::READY));
+static_assert(walked_size<Answer>() == MAX_BODY);
 static_assert(walked_size<Hello>() == 4 + NONCE_LEN);
 
 // Appends big-endian fields to out; once one does not fit, nothing more
@@ -231,7 +240,7 @@ std::uint32_t get32(const std::uint8_t *p) noexcept
 
 bool known_type(std::uint8_t t) noexcept
 {
-	return t >= static_cast<std::uint8_t>(Type::HELLO) && t <= static_cast<std::uint8_t>(Type::PONG);
+	return t >= static_cast<std::uint8_t>(Type::HELLO) && t <= static_cast<std::uint8_t>(Type::READY);
 }
 
 // Whether every field is in range: what decode_payload() accepts and
@@ -242,7 +251,11 @@ bool valid(const Message &msg) noexcept
 		return h->min_version >= 1 && h->min_version <= h->max_version &&
 		       (h->role == Role::CONNECTING || h->role == Role::ANSWERING) && h->reserved == 0;
 	if (const auto *a = std::get_if<Answer>(&msg))
-		return static_cast<std::uint8_t>(a->verdict) <= static_cast<std::uint8_t>(Verdict::BUSY);
+		return static_cast<std::uint8_t>(a->verdict) <= static_cast<std::uint8_t>(Verdict::POLICY);
+	if (const auto *c = std::get_if<Connect>(&msg)) {
+		auto pow2 = [](std::uint32_t v) { return v && !(v & (v - 1)); };
+		return pow2(c->send_size) && pow2(c->recv_size);
+	}
 	if (const auto *c = std::get_if<Close>(&msg))
 		return c->reason == Reason::FIN || c->reason == Reason::RESET;
 	return true;
@@ -355,6 +368,7 @@ Result<Message> decode_payload(Type type, std::span<const std::uint8_t> payload)
 	case Type::CLOSE: return read_as<Close>(payload);
 	case Type::PING: return read_as<Ping>(payload);
 	case Type::PONG: return read_as<Pong>(payload);
+	case Type::READY: return read_as<Ready>(payload);
 	}
 	return Err::BAD_TYPE;
 }

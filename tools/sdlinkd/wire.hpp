@@ -12,12 +12,14 @@
 //   type          payload                                             bytes
 //   1  HELLO      min_version u8 | max_version u8 | role u8            36
 //                 | reserved u8 (0) | nonce [32]
-//   2  CONNECT    id u64 | src addr[16] port u16 | dst addr[16]       107
-//                 port u16 | uid u32 | gid u32 | endpoint
+//   2  CONNECT    id u64 | src addr[16] port u16 | dst addr[16]        60
+//                 port u16 | uid u32 | gid u32 | send_size u32
+//                 | recv_size u32
 //   3  ANSWER     id u64 | verdict u8 | endpoint                       64
 //   4  CLOSE      id u64 | reason u8                                    9
 //   5  PING       cookie u64                                            8
 //   6  PONG       cookie u64                                            8
+//   7  READY      id u64 | endpoint                                    63
 //
 //   endpoint      gid[16] | qpn u32 | psn u32 | lid u16 | mtu u8      55
 //                 | ring
@@ -25,7 +27,10 @@
 //                 | index_addr u64 | index_rkey u32
 //
 //   role          0 connecting, 1 answering
-//   verdict       0 ACCEPT, 1 REFUSED, 2 NO_RDMA, 3 BUSY
+//   verdict       0 ACCEPT, 1 REFUSED, 2 NO_RDMA, 3 BUSY, 4 DENIED,
+//                 5 POLICY
+//   send_size     bytes of the data area of the connecting program's send
+//   recv_size     and receive ring: each a power of two, nonzero
 //   reason        0 FIN, 1 RESET
 //   addr          IPv6, IPv4 as ::ffff:a.b.c.d
 //
@@ -107,9 +112,14 @@ private:
 	Err err_ = Err::OK;
 };
 
-enum class Type : std::uint8_t { HELLO = 1, CONNECT, ANSWER, CLOSE, PING, PONG };
+enum class Type : std::uint8_t { HELLO = 1, CONNECT, ANSWER, CLOSE, PING, PONG, READY };
 enum class Role : std::uint8_t { CONNECTING = 0, ANSWERING = 1 };
-enum class Verdict : std::uint8_t { ACCEPT = 0, REFUSED = 1, NO_RDMA = 2, BUSY = 3 };
+// REFUSED: no AF_SD listener there (the program goes over TCP); DENIED:
+// a rule there refuses the connect (ECONNREFUSED for the program);
+// POLICY: a connect rule there says TCP.
+enum class Verdict : std::uint8_t {
+	ACCEPT = 0, REFUSED = 1, NO_RDMA = 2, BUSY = 3, DENIED = 4, POLICY = 5,
+};
 enum class Reason : std::uint8_t { FIN = 0, RESET = 1 };
 
 using Nonce = std::array<std::uint8_t, NONCE_LEN>;
@@ -156,7 +166,9 @@ struct Connect {
 	SockAddr src, dst;
 	std::uint32_t uid = 0;
 	std::uint32_t gid = 0;
-	Endpoint endpoint;
+	// The connecting program's rings, which the answering side's mirror.
+	std::uint32_t send_size = 0;
+	std::uint32_t recv_size = 0;
 	bool operator==(const Connect &) const = default;
 };
 
@@ -165,6 +177,14 @@ struct Answer {
 	Verdict verdict = Verdict::ACCEPT;
 	Endpoint endpoint;		// meaningful for ACCEPT only
 	bool operator==(const Answer &) const = default;
+};
+
+// The connecting side's half, once its end of the connection exists
+// (after the peer's ACCEPT): both sides then connect their queue pairs.
+struct Ready {
+	std::uint64_t id = 0;
+	Endpoint endpoint;
+	bool operator==(const Ready &) const = default;
 };
 
 struct Close {
@@ -184,7 +204,7 @@ struct Pong {
 };
 
 // In Type order: a message's type is its index + 1.
-using Message = std::variant<Hello, Connect, Answer, Close, Ping, Pong>;
+using Message = std::variant<Hello, Connect, Answer, Close, Ping, Pong, Ready>;
 
 Type type_of(const Message &msg) noexcept;
 
@@ -194,15 +214,16 @@ constexpr std::size_t payload_len(Type type) noexcept
 {
 	switch (type) {
 	case Type::HELLO: return 36;
-	case Type::CONNECT: return 107;
+	case Type::CONNECT: return 60;
 	case Type::ANSWER: return 64;
+	case Type::READY: return 63;
 	case Type::CLOSE: return 9;
 	case Type::PING:
 	case Type::PONG: return 8;
 	}
 	return 0;
 }
-constexpr std::size_t MAX_BODY = 107;
+constexpr std::size_t MAX_BODY = 64;
 
 struct Header {
 	std::uint8_t version = 0;
