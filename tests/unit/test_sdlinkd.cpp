@@ -69,6 +69,8 @@ void options_defaults(void **)
 	assert_int_equal(g.o.port, 7471);
 	assert_int_equal(g.o.peer_cache_seconds, 60);
 	assert_false(g.o.verbose);
+	assert_false(g.o.no_rdma);
+	assert_string_equal(g.o.rdma_device.data(), "");
 	assert_false(g.o.help);
 	assert_false(g.o.version);
 }
@@ -93,6 +95,15 @@ void options_values(void **)
 	g = parse({"--port", "10", "--port", "11"});	// the last one counts
 	assert_true(g.ok);
 	assert_int_equal(g.o.port, 11);
+
+	g = parse({"--rdma-device", "rxe0"});
+	assert_true(g.ok);
+	assert_string_equal(g.o.rdma_device.data(), "rxe0");
+	g = parse({"--rdma-device=mlx5_1"});
+	assert_true(g.ok);
+	assert_string_equal(g.o.rdma_device.data(), "mlx5_1");
+	g = parse({"--no-rdma"});
+	assert_true(g.ok && g.o.no_rdma);
 
 	g = parse({"-h"});
 	assert_true(g.ok && g.o.help);
@@ -122,6 +133,11 @@ void options_errors(void **)
 		{"--peer-cache-seconds", "-5"},
 		{"--peer-cache-seconds", nullptr},
 		{"--verbose=1", nullptr},
+		{"--rdma-device", nullptr},
+		{"--rdma-device=", nullptr},
+		{"--rdma-device", "0123456789012345678901234567890123456789012345678901234567890123"},
+		{"--no-rdma", "--rdma-device=rxe0"},
+		{"--no-rdma=1", nullptr},
 		{"--help=yes", nullptr},
 		{"--bogus", nullptr},
 		{"-x", nullptr},
@@ -240,6 +256,7 @@ void verdicts(void **)
 		{Outcome::NO_RDMA, SD_FALLBACK_NO_RDMA},
 		{Outcome::REFUSED, SD_FALLBACK_NO_LISTENER},
 		{Outcome::BUSY, SD_FALLBACK_BUSY},
+		{Outcome::POLICY, SD_FALLBACK_POLICY},
 		{Outcome::NO_DAEMON, SD_FALLBACK_PEER_NO_SD},
 		{Outcome::NO_KEY, SD_FALLBACK_AUTH},
 		{Outcome::AUTH, SD_FALLBACK_AUTH},
@@ -253,6 +270,9 @@ void verdicts(void **)
 		assert_string_not_equal(describe(t.o), "?");
 	}
 	assert_int_equal(kernel_verdict(Outcome::AUTH).reason, SD_FALLBACK_AUTH);
+	assert_int_equal(kernel_verdict(Outcome::DENIED).verdict, SD_LINK_REFUSE);
+	assert_string_not_equal(describe(Outcome::DENIED), "?");
+	assert_string_equal(reason_name(SD_FALLBACK_POLICY), "policy");
 	assert_string_equal(reason_name(SD_FALLBACK_PEER_NO_SD), "peer_no_sd");
 	assert_string_equal(reason_name(SD_FALLBACK_AUTH), "auth");
 }
@@ -267,6 +287,10 @@ void answers(void **)
 			 static_cast<int>(Outcome::REFUSED));
 	assert_int_equal(static_cast<int>(outcome_of(sdlink::Verdict::BUSY)),
 			 static_cast<int>(Outcome::BUSY));
+	assert_int_equal(static_cast<int>(outcome_of(sdlink::Verdict::DENIED)),
+			 static_cast<int>(Outcome::DENIED));
+	assert_int_equal(static_cast<int>(outcome_of(sdlink::Verdict::POLICY)),
+			 static_cast<int>(Outcome::POLICY));
 	assert_int_equal(static_cast<int>(outcome_of(static_cast<sdlink::Verdict>(9))),
 			 static_cast<int>(Outcome::FAILED));
 }

@@ -259,9 +259,16 @@ void Kernel::handle(nlmsghdr *h)
 	if (h->nlmsg_seq != awaited_seq_ || answered_ || !genlmsg_valid_hdr(h, 0))
 		return;
 	const auto *g = static_cast<const genlmsghdr *>(nlmsg_data(h));
-	if (g->cmd != awaited_cmd_ || !key_out_)
+	if (g->cmd != awaited_cmd_ || (!key_out_ && !id_out_))
 		return;
 	nlattr *tb[A_MAX + 1] = {};
+	if (id_out_) {
+		if (genlmsg_parse(h, 0, tb, A_MAX, nullptr) < 0 || !exact(tb[SD_LINK_A_ID], *id_out_))
+			reply_bad_ = true;
+		else
+			key_seen_ = true;
+		return;
+	}
 	if (genlmsg_parse(h, 0, tb, A_MAX, nullptr) < 0 || !tb[SD_LINK_A_KEY] ||
 	    !key_out_->set({static_cast<const std::uint8_t *>(nla_data(tb[SD_LINK_A_KEY])),
 			    static_cast<std::size_t>(nla_len(tb[SD_LINK_A_KEY]))})) {
@@ -271,7 +278,7 @@ void Kernel::handle(nlmsghdr *h)
 	key_seen_ = true;
 }
 
-int Kernel::exchange(Msg msg, FabricKey *key_out)
+int Kernel::exchange(Msg msg, FabricKey *key_out, std::uint64_t *id_out)
 {
 	extack_.clear();
 	if (!msg)
@@ -287,6 +294,7 @@ int Kernel::exchange(Msg msg, FabricKey *key_out)
 	answered_ = reply_bad_ = key_seen_ = false;
 	answer_err_ = 0;
 	key_out_ = key_out;
+	id_out_ = id_out;
 
 	// The answer is already queued (kernel.hpp): read until it, or until
 	// nothing is left.
@@ -305,6 +313,7 @@ int Kernel::exchange(Msg msg, FabricKey *key_out)
 		}
 	}
 	key_out_ = nullptr;
+	id_out_ = nullptr;
 	awaited_seq_ = 0;
 	if (!answered_) {
 		if (extack_.empty())
@@ -313,7 +322,7 @@ int Kernel::exchange(Msg msg, FabricKey *key_out)
 	}
 	if (answer_err_)
 		return answer_err_;
-	if (reply_bad_ || (key_out && !key_seen_)) {
+	if (reply_bad_ || ((key_out || id_out) && !key_seen_)) {
 		extack_ = "malformed reply from the kernel";
 		return EIO;
 	}
@@ -333,6 +342,46 @@ int Kernel::verdict(std::uint64_t id, std::uint8_t verdict, std::uint8_t reason)
 		    (verdict == SD_LINK_TCP && nla_put_u8(msg.get(), SD_LINK_A_REASON, reason) < 0)))
 		msg.reset();
 	return exchange(std::move(msg), nullptr);
+}
+
+int Kernel::verdict_via(std::uint64_t id, int listen_fd)
+{
+	Msg msg = message(SD_LINK_CMD_VERDICT);
+	if (msg && (nla_put_u64(msg.get(), SD_LINK_A_ID, id) < 0 ||
+		    nla_put_u8(msg.get(), SD_LINK_A_VERDICT, SD_LINK_VIA) < 0 ||
+		    nla_put_s32(msg.get(), SD_LINK_A_FD, listen_fd) < 0))
+		msg.reset();
+	return exchange(std::move(msg), nullptr);
+}
+
+namespace {
+
+bool put_addr(nl_msg *msg, int type, const sdlink::SockAddr &a)
+{
+	nlattr *nest = nla_nest_start(msg, type);
+	if (!nest || nla_put(msg, SD_A_ADDR_IN6, static_cast<int>(a.addr.size()), a.addr.data()) < 0 ||
+	    nla_put_u16(msg, SD_A_ADDR_PORT, a.port) < 0)
+		return false;
+	nla_nest_end(msg, nest);
+	return true;
+}
+
+} // namespace
+
+int Kernel::incoming(int fd, const sdlink::SockAddr &local, const sdlink::SockAddr &remote,
+		     std::uint32_t uid, std::uint32_t gid, std::uint32_t tx_size,
+		     std::uint32_t rx_size, std::uint64_t *id_out)
+{
+	Msg msg = message(SD_LINK_CMD_INCOMING);
+	if (msg && (nla_put_s32(msg.get(), SD_LINK_A_FD, fd) < 0 ||
+		    !put_addr(msg.get(), SD_LINK_A_LOCAL, local) ||
+		    !put_addr(msg.get(), SD_LINK_A_REMOTE, remote) ||
+		    nla_put_u32(msg.get(), SD_LINK_A_UID, uid) < 0 ||
+		    nla_put_u32(msg.get(), SD_LINK_A_GID, gid) < 0 ||
+		    nla_put_u32(msg.get(), SD_LINK_A_TX_SIZE, tx_size) < 0 ||
+		    nla_put_u32(msg.get(), SD_LINK_A_RX_SIZE, rx_size) < 0))
+		msg.reset();
+	return exchange(std::move(msg), nullptr, id_out);
 }
 
 int Kernel::key(FabricKey &out)

@@ -85,6 +85,14 @@ public:
 	// sent or its answer was lost or malformed.
 	int register_daemon();
 	int verdict(std::uint64_t id, std::uint8_t verdict, std::uint8_t reason);
+	// SD_LINK_VIA: the connect goes into listen_fd's queue.
+	int verdict_via(std::uint64_t id, int listen_fd);
+	// SD_LINK_CMD_INCOMING: fd becomes the daemon's end of a connection
+	// from remote to the listener at local, with rings of tx_size (the
+	// daemon end's send ring) and rx_size bytes; its id in *id_out.
+	int incoming(int fd, const sdlink::SockAddr &local, const sdlink::SockAddr &remote,
+		     std::uint32_t uid, std::uint32_t gid, std::uint32_t tx_size,
+		     std::uint32_t rx_size, std::uint64_t *id_out);
 	// ENOKEY: no key set in this namespace.
 	int key(FabricKey &out);
 	const std::string &extack() const noexcept { return extack_; }
@@ -110,7 +118,7 @@ private:
 	Msg message(std::uint8_t cmd);
 	// Sends msg and reads until its answer; a reply's SD_LINK_A_KEY goes
 	// to key_out.
-	int exchange(Msg msg, FabricKey *key_out);
+	int exchange(Msg msg, FabricKey *key_out, std::uint64_t *id_out = nullptr);
 	// One datagram: > 0 handled, 0 nothing to read, < 0 -errno.
 	int read_one();
 	void handle(nlmsghdr *h);
@@ -135,6 +143,7 @@ private:
 	int answer_err_ = 0;
 	bool reply_bad_ = false;
 	FabricKey *key_out_ = nullptr;
+	std::uint64_t *id_out_ = nullptr;
 	bool key_seen_ = false;
 	std::string extack_;
 

@@ -29,7 +29,8 @@ bool number(std::string_view value, unsigned long min, unsigned long max, unsign
 void usage(std::FILE *out)
 {
 	std::fprintf(out,
-		     "usage: sdlinkd [-p|--port PORT] [--peer-cache-seconds N] [-v|--verbose]\n"
+		     "usage: sdlinkd [-p|--port PORT] [--peer-cache-seconds N]\n"
+		     "               [--rdma-device NAME | --no-rdma] [-v|--verbose]\n"
 		     "       sdlinkd -h|--help | --version\n"
 		     "\n"
 		     "The AF_SD link daemon of the network namespace it runs in: decides each\n"
@@ -39,7 +40,12 @@ void usage(std::FILE *out)
 		     "                              daemons, the same on every host (default %u)\n"
 		     "      --peer-cache-seconds N  remember a host without a daemon for N seconds,\n"
 		     "                              0 to %u (default %u; 0: ask every time)\n"
-		     "  -v, --verbose               log every connect and session event\n"
+		     "      --rdma-device NAME      carry connections on this RDMA device (default:\n"
+		     "                              the first whose GID table holds the address of\n"
+		     "                              the session with the other host)\n"
+		     "      --no-rdma               carry nothing: every connect goes over TCP\n"
+		     "  -v, --verbose               log every connect and session event, and the\n"
+		     "                              counters at exit\n"
 		     "  -h, --help                  print this help\n"
 		     "      --version               print the version\n"
 		     "\n"
@@ -61,7 +67,8 @@ Parsed parse_args(std::span<const char *const> args)
 				inline_value = true;
 			}
 		}
-		const bool takes_value = arg == "-p" || arg == "--port" || arg == "--peer-cache-seconds";
+		const bool takes_value = arg == "-p" || arg == "--port" || arg == "--peer-cache-seconds" ||
+					 arg == "--rdma-device";
 		if (inline_value && !takes_value) {
 			p.error = "option " + std::string(arg) + " takes no value";
 			return p;
@@ -88,6 +95,15 @@ Parsed parse_args(std::span<const char *const> args)
 				return p;
 			}
 			p.options.peer_cache_seconds = static_cast<unsigned>(n);
+		} else if (arg == "--rdma-device") {
+			if (value.empty() || value.size() > 63) {
+				p.error = "bad --rdma-device '" + std::string(value) + "'";
+				return p;
+			}
+			value.copy(p.options.rdma_device.data(), value.size());
+			p.options.rdma_device[value.size()] = '\0';
+		} else if (arg == "--no-rdma") {
+			p.options.no_rdma = true;
 		} else if (arg == "-v" || arg == "--verbose") {
 			p.options.verbose = true;
 		} else if (arg == "-h" || arg == "--help") {
@@ -102,6 +118,8 @@ Parsed parse_args(std::span<const char *const> args)
 			return p;
 		}
 	}
+	if (p.options.no_rdma && p.options.rdma_device[0])
+		p.error = "--no-rdma and --rdma-device together";
 	return p;
 }
 

@@ -5,6 +5,7 @@
 // usage text (exit status 2).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <span>
@@ -23,6 +24,10 @@ constexpr unsigned MAX_PEER_CACHE_SECONDS = 86400;
 struct Options {
 	std::uint16_t port = DEFAULT_PORT;
 	unsigned peer_cache_seconds = DEFAULT_PEER_CACHE_SECONDS;
+	// A C string, empty: found by the session's address.  Fixed size, so
+	// that Options stays trivially destructible (tests/unit, cmocka).
+	std::array<char, 64> rdma_device{};
+	bool no_rdma = false;		// carry nothing
 	bool verbose = false;
 	bool help = false;		// print the usage, exit 0
 	bool version = false;		// print the version, exit 0

@@ -15,6 +15,8 @@ KernelVerdict kernel_verdict(Outcome o) noexcept
 	case Outcome::NO_RDMA: return {SD_LINK_TCP, SD_FALLBACK_NO_RDMA};
 	case Outcome::REFUSED: return {SD_LINK_TCP, SD_FALLBACK_NO_LISTENER};
 	case Outcome::BUSY: return {SD_LINK_TCP, SD_FALLBACK_BUSY};
+	case Outcome::DENIED: return {SD_LINK_REFUSE, SD_FALLBACK_NONE};
+	case Outcome::POLICY: return {SD_LINK_TCP, SD_FALLBACK_POLICY};
 	case Outcome::NO_DAEMON: return {SD_LINK_TCP, SD_FALLBACK_PEER_NO_SD};
 	case Outcome::NO_KEY:
 	case Outcome::AUTH: return {SD_LINK_TCP, SD_FALLBACK_AUTH};
@@ -31,6 +33,8 @@ Outcome outcome_of(sdlink::Verdict v) noexcept
 	case sdlink::Verdict::REFUSED: return Outcome::REFUSED;
 	case sdlink::Verdict::NO_RDMA: return Outcome::NO_RDMA;
 	case sdlink::Verdict::BUSY: return Outcome::BUSY;
+	case sdlink::Verdict::DENIED: return Outcome::DENIED;
+	case sdlink::Verdict::POLICY: return Outcome::POLICY;
 	}
 	return Outcome::FAILED;
 }
@@ -72,6 +76,7 @@ const char *reason_name(std::uint8_t reason) noexcept
 	case SD_FALLBACK_HANDSHAKE: return "handshake";
 	case SD_FALLBACK_BUSY: return "busy";
 	case SD_FALLBACK_AUTH: return "auth";
+	case SD_FALLBACK_POLICY: return "policy";
 	default: return "other";
 	}
 }
@@ -79,10 +84,12 @@ const char *reason_name(std::uint8_t reason) noexcept
 const char *describe(Outcome o) noexcept
 {
 	switch (o) {
-	case Outcome::ACCEPTED: return "the peer accepted, but this daemon has no data path yet";
+	case Outcome::ACCEPTED: return "the peer accepted, but this side could not carry it";
 	case Outcome::NO_RDMA: return "the peer has no RDMA path";
 	case Outcome::REFUSED: return "no AF_SD listener at the peer";
 	case Outcome::BUSY: return "the peer's listener is busy";
+	case Outcome::DENIED: return "a rule at the peer refuses it";
+	case Outcome::POLICY: return "a connect rule at the peer says TCP";
 	case Outcome::NO_DAEMON: return "no daemon at the peer";
 	case Outcome::NO_KEY: return "no fabric key here";
 	case Outcome::AUTH: return "authentication with the peer failed";

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 //
 // How a connect to another host ended, as sdlinkd saw it, and the verdict
-// it gives the kernel for it (SD_LINK_CMD_VERDICT).  Until the data path
-// exists every verdict is SD_LINK_TCP; the reason says why, and the
-// kernel counts it (sdctl stats, "fallback_*").
+// it gives the kernel for it (SD_LINK_CMD_VERDICT) when it does not carry
+// it: SD_LINK_TCP with the reason, which the kernel counts (sdctl stats,
+// "fallback_*"), or SD_LINK_REFUSE.  A carried connect's verdict is
+// SD_LINK_VIA (daemon.cpp).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,12 @@
 namespace sdlinkd {
 
 enum class Outcome : std::uint8_t {
-	ACCEPTED,	// the peer answered ACCEPT: no data path here yet
+	ACCEPTED,	// the peer answered ACCEPT, and this side could not carry it
 	NO_RDMA,	// the peer answered NO_RDMA
 	REFUSED,	// the peer answered REFUSED: no AF_SD listener there
 	BUSY,		// the peer answered BUSY: the listener's backlog is full
+	DENIED,		// the peer answered DENIED: a rule there refuses (ECONNREFUSED)
+	POLICY,		// the peer answered POLICY: a connect rule there says TCP
 	NO_DAEMON,	// the peer's control port refused or was out of reach
 	NO_KEY,		// no fabric key in this namespace
 	AUTH,		// the session failed authentication, or the peer
