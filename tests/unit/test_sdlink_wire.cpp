@@ -116,6 +116,7 @@ void round_trips(void **)
 	round_trip(Ping{0});
 	round_trip(Pong{0});
 	round_trip(Connect{0, {}, {}, 0, 0, 1, 1});
+	round_trip(Connect{});
 	round_trip(Answer{});
 	round_trip(Ready{});
 	Hello h = test::sample_hello();
@@ -264,7 +265,7 @@ void bad_fields(void **)
 		assert_err(field_error(answer, 8, v), BAD_FIELD);
 	for (std::uint8_t v = 0; v < 6; v++)
 		assert_err(field_error(answer, 8, v), OK);
-	// CONNECT: ring sizes zero or not a power of two.
+	// CONNECT: ring sizes not a power of two, or one of them 0.
 	const Message connect = sample(Type::CONNECT);
 	for (const std::size_t at : {std::size_t{52}, std::size_t{56}}) {
 		Wire w = wire_of(connect);
@@ -298,7 +299,8 @@ void encode_errors(void **)
 {
 	std::array<std::uint8_t, HEADER_LEN + MAX_BODY> out{};
 	assert_err(encode_frame(Answer{1, static_cast<Verdict>(6), {}}, 1, out).error(), BAD_FIELD);
-	assert_err(encode_frame(Connect{}, 1, out).error(), BAD_FIELD);
+	assert_err(encode_frame(Connect{0, {}, {}, 0, 0, 3, 4}, 1, out).error(), BAD_FIELD);
+	assert_err(encode_frame(Connect{0, {}, {}, 0, 0, 0, 4}, 1, out).error(), BAD_FIELD);
 	assert_err(encode_frame(Close{1, static_cast<Reason>(2)}, 1, out).error(), BAD_FIELD);
 	Hello h = test::sample_hello();
 	h.reserved = 1;

@@ -125,7 +125,7 @@ bool Daemon::setup(std::string &error)
 		if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0)
 			return fail("epoll_ctl");
 	}
-	return true;
+	return setup_via(error);
 }
 
 int Daemon::run()
@@ -135,11 +135,19 @@ int Daemon::run()
 	     opt_.port, opt_.peer_cache_seconds);
 	std::array<epoll_event, MAX_EVENTS> events;
 	while (!stop_) {
+		// Carriers first: while one moves bytes the loop spins, and
+		// looks at its other descriptors without sleeping.
+		int timeout = -1;
+		if (pump() || !may_sleep())
+			timeout = 0;
+		else if (!links_.empty())
+			counters_.sleeps++;
 		arm_timer(Clock::now());
-		const int n = epoll_wait(epoll_.get(), events.data(), MAX_EVENTS, -1);
+		const int n = epoll_wait(epoll_.get(), events.data(), MAX_EVENTS, timeout);
 		if (n < 0 && errno != EINTR) {
 			note("epoll_wait: %s", std::strerror(errno));
-			return 1;
+			status_ = 1;
+			break;
 		}
 		for (int i = 0; i < n && !stop_; i++) {
 			dispatch(events[static_cast<std::size_t>(i)].data.u64,
@@ -149,6 +157,7 @@ int Daemon::run()
 		expire(Clock::now());
 		settle(Clock::now());
 	}
+	stop_links();
 	return status_;
 }
 
@@ -176,6 +185,9 @@ void Daemon::dispatch(std::uint64_t token, std::uint32_t events, Time now)
 		(void)!read(timer_.get(), &ticks, sizeof(ticks));
 		return;
 	}
+	case T_VIA:
+		accept_via(now);
+		return;
 	case T_SIGNAL: {
 		signalfd_siginfo si;
 		while (read(signal_.get(), &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
@@ -186,6 +198,11 @@ void Daemon::dispatch(std::uint64_t token, std::uint32_t events, Time now)
 		return;
 	}
 	default:
+		if (token >= T_FIRST_DEVICE && token < T_FIRST_DEVICE + devs_.size()) {
+			devs_[token - T_FIRST_DEVICE].dev->take_events();
+			return;
+		}
+		// A carrier's socket: pump() after the events looks at it.
 		if (Conn *c = find(token))
 			on_conn(*c, events, now);
 		return;
@@ -308,19 +325,6 @@ void Daemon::pause_listener(Time now)
 	}
 }
 
-// What this host answers a connect of a program of the peer host.  The
-// data path does not exist yet, so every connect is answered NO_RDMA and
-// the program there goes over TCP.  With it, this is where the daemon
-// makes its end of the connection (its queue pair and rings), connects it
-// into the listener with SD_LINK_CMD_INCOMING (ECONNREFUSED: REFUSED,
-// EAGAIN: BUSY), and answers ACCEPT with its endpoint.
-sdlink::Answer Daemon::answer(const Conn &c, const sdlink::Connect &req)
-{
-	debug("connect %llu from %s (uid %u) to port %u: answering NO_RDMA",
-	      static_cast<unsigned long long>(req.id), text(c.host).c_str(), req.uid, req.dst.port);
-	return sdlink::Answer{req.id, sdlink::Verdict::NO_RDMA, {}};
-}
-
 // ---- connections of either side ---------------------------------------------
 
 void Daemon::on_conn(Conn &c, std::uint32_t events, Time now)
@@ -439,12 +443,14 @@ void Daemon::on_message(Conn &c, const sdlink::Message &m, Time now)
 		debug("session %s %s: HELLOs exchanged, version %u", role_name(c.role),
 		      text(c.host, c.port).c_str(), c.session->version());
 		if (c.role == Role::CONNECTING) {
-			for (auto &[id, p] : pending_) {
-				if (p.conn != c.token || p.sent)
-					continue;
-				p.sent = true;
-				if (!send(c, p.msg))
-					return;
+			std::vector<std::uint64_t> ids;
+			for (const auto &[id, p] : pending_)
+				if (p.conn == c.token && !p.sent)
+					ids.push_back(id);
+			for (const std::uint64_t id : ids) {
+				const auto it = pending_.find(id);
+				if (it != pending_.end() && !c.dead)
+					ask(c, it->second);
 			}
 		}
 		return;
@@ -462,7 +468,7 @@ void Daemon::on_message(Conn &c, const sdlink::Message &m, Time now)
 			end(c, Outcome::FAILED, "a CONNECT on a session of ours");
 			return;
 		}
-		send(c, answer(c, *req));
+		send(c, answer(c, *req, now));
 	} else if (const auto *a = std::get_if<Answer>(&m)) {
 		if (c.role != Role::CONNECTING) {
 			end(c, Outcome::FAILED, "an ANSWER on a session of the peer's");
@@ -470,9 +476,9 @@ void Daemon::on_message(Conn &c, const sdlink::Message &m, Time now)
 		}
 		on_answer(c, *a);
 	} else if (const auto *cl = std::get_if<Close>(&m)) {
-		// No connection is carried yet, so there is nothing to close.
-		debug("session %s %s: CLOSE of %llu", role_name(c.role), text(c.host, c.port).c_str(),
-		      static_cast<unsigned long long>(cl->id));
+		on_close(c, *cl);
+	} else if (const auto *r = std::get_if<Ready>(&m)) {
+		on_ready(c, *r);
 	} else if (const auto *ping = std::get_if<Ping>(&m)) {
 		send(c, Pong{ping->cookie});
 	} else if (const auto *pong = std::get_if<Pong>(&m)) {
@@ -490,19 +496,56 @@ void Daemon::on_answer(Conn &c, const sdlink::Answer &a)
 		// waits for it.
 		debug("session to %s: an ANSWER for %llu, which nothing waits for",
 		      text(c.host, c.port).c_str(), static_cast<unsigned long long>(a.id));
+		// Let the peer free what it made for it.
+		if (a.verdict == sdlink::Verdict::ACCEPT)
+			send(c, sdlink::Close{a.id, sdlink::Reason::RESET});
 		return;
 	}
+	const Pending p = it->second;
 	pending_.erase(it);
 	c.pending--;
 	const Outcome o = outcome_of(a.verdict);
-	if (o == Outcome::ACCEPTED) {
-		note("connect %llu to %s: the peer accepted, but this daemon carries no connection "
-		     "yet: TCP",
-		     static_cast<unsigned long long>(a.id), text(c.host).c_str());
-		// Let the peer free what it made for it.
-		send(c, sdlink::Close{a.id, sdlink::Reason::RESET});
+	if (o != Outcome::ACCEPTED || !p.dev) {
+		if (o == Outcome::ACCEPTED)
+			send(c, sdlink::Close{a.id, sdlink::Reason::RESET});
+		decide(a.id, o);
+		return;
 	}
-	decide(a.id, o);
+	// The program's connect goes into the VIA listener's queue; its
+	// connection is carried once accept_via() takes it.
+	const int err = kernel_->verdict_via(a.id, via_.get());
+	const unsigned long long n = a.id;
+	if (err) {
+		if (err == ENOENT)
+			debug("connect %llu: gave up before the verdict (via)", n);
+		else
+			note("connect %llu: verdict via: %s%s%s", n, std::strerror(err),
+			     kernel_->extack().empty() ? "" : ": ", kernel_->extack().c_str());
+		send(c, sdlink::Close{a.id, sdlink::Reason::RESET});
+		return;
+	}
+	debug("connect %llu: via this daemon", n);
+	Via v;
+	v.conn = c.token;
+	v.dev = p.dev;
+	v.peer = a.endpoint;
+	v.send_size = p.msg.send_size;
+	v.recv_size = p.msg.recv_size;
+	v.deadline = Clock::now() + kernel_bound();
+	vias_[a.id] = v;
+}
+
+// Sends a connect's CONNECT on its session, now up.  Without an RDMA
+// device for that peer it says so (ring sizes 0), and the peer, making
+// nothing, answers what keeps the fallback reasons as they would be: no
+// daemon, authentication, or NO_RDMA.
+void Daemon::ask(Conn &c, Pending &p)
+{
+	p.sent = true;
+	p.dev = device_for(c);
+	if (!p.dev)
+		p.msg.send_size = p.msg.recv_size = 0;
+	send(c, p.msg);
 }
 
 // ---- this daemon's connects -------------------------------------------------
@@ -554,15 +597,15 @@ void Daemon::on_upcall(const Upcall &up, bool bad, Time now)
 	p.msg.src = up.local;
 	p.msg.dst = up.remote;
 	p.msg.uid = up.uid;
-	p.msg.gid = up.gid;		// endpoint: zeros, no data path yet
+	p.msg.gid = up.gid;
+	// What the program's rings are unless it set SO_SNDBUF or SO_RCVBUF
+	// (then accept_via() finds them otherwise, and resets it).
+	p.msg.send_size = p.msg.recv_size = ring_size();
 	c->pending++;
 	c->last_use = now;
-	const bool now_up = c->phase == Phase::UP && !c->dead;
-	p.sent = now_up;
-	const sdlink::Connect msg = p.msg;
-	pending_.emplace(up.id, p);
-	if (now_up)
-		send(*c, msg);
+	auto [it, fresh] = pending_.emplace(up.id, p);
+	if (c->phase == Phase::UP && !c->dead)
+		ask(*c, it->second);
 }
 
 Daemon::Conn *Daemon::dial(const In6 &host, Time now, Outcome &why)
@@ -653,7 +696,7 @@ bool Daemon::make_room()
 	Conn *lru = nullptr;
 	for (const auto &[host, token] : outbound_) {
 		Conn *c = find(token);
-		if (c && !c->pending && (!lru || c->last_use < lru->last_use))
+		if (c && !c->pending && !c->links && (!lru || c->last_use < lru->last_use))
 			lru = c;
 	}
 	if (!lru)
@@ -767,6 +810,7 @@ void Daemon::reap()
 		if (c->role == sdlink::Role::ANSWERING)
 			inbound_--;
 		(void)epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, c->fd.get(), nullptr);
+		drop_links(token);
 		std::vector<std::uint64_t> ids;
 		for (const auto &[id, p] : pending_)
 			if (p.conn == token)
@@ -812,6 +856,7 @@ void Daemon::expire(Time now)
 		pending_.erase(it);
 		decide(id, Outcome::TIMEOUT);
 	}
+	expire_links(now);
 
 	for (const auto &[token, cp] : conns_) {
 		Conn &c = *cp;
@@ -835,7 +880,7 @@ void Daemon::expire(Time now)
 				c.ping_cookie = next_cookie_++;
 				send(c, sdlink::Ping{c.ping_cookie});
 			}
-			if (!c.dead && c.role == sdlink::Role::CONNECTING && !c.pending &&
+			if (!c.dead && c.role == sdlink::Role::CONNECTING && !c.pending && !c.links &&
 			    now >= c.last_use + OUTBOUND_IDLE)
 				end(c, Outcome::FAILED, "idle");
 			break;
@@ -870,14 +915,14 @@ Time Daemon::next_deadline() const
 		case Phase::UP:
 			t = std::min(t, c.ping_out ? c.ping_sent + KEEPALIVE_TIMEOUT
 						   : c.last_rx + KEEPALIVE_IDLE);
-			if (c.role == sdlink::Role::CONNECTING && !c.pending)
+			if (c.role == sdlink::Role::CONNECTING && !c.pending && !c.links)
 				t = std::min(t, c.last_use + OUTBOUND_IDLE);
 			break;
 		}
 	}
 	if (!listening_)
 		t = std::min(t, listen_resume_);
-	return t;
+	return std::min(t, links_deadline());
 }
 
 void Daemon::arm_timer(Time now)

@@ -14,6 +14,11 @@
 // kernel's own bound (net.sd.rendezvous_timeout_ms); whatever happens to
 // it ends in one SD_LINK_CMD_VERDICT (verdict.hpp says which).
 //
+// The data path (daemon_link.cpp): a connect the peer accepted is carried
+// by one Carrier (carrier.hpp) at each end, over an RDMA device of each
+// host; the exchange that sets the two up and what ends them are in
+// Documentation/sdlinkd.rst, "The data path".
+//
 // Every peer is hostile: each connection has bounded buffers and
 // deadlines, their number is bounded overall and per host, and a failure
 // of one ends that connection alone.
@@ -24,9 +29,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "addr.hpp"
+#include "carrier.hpp"
 #include "clock.hpp"
 #include "fd.hpp"
 #include "kernel.hpp"
@@ -58,6 +65,34 @@ constexpr std::size_t TX_MAX = 64 * 1024;
 constexpr std::size_t READ_BUDGET = 16 * 1024;
 // Connections accepted per wake-up, for the same reason.
 constexpr int ACCEPT_BUDGET = 32;
+
+// Connections carried at once (each holds a queue pair, its memory
+// registrations and two descriptors).
+constexpr std::size_t MAX_LINKS = 1024;
+// RDMA devices the daemon uses at once (a host has a few).
+constexpr std::size_t MAX_DEVICES = 8;
+// Completion queue entries of a device, shared by its carriers
+// (Carrier::CQ_SHARE each); a device that cannot have this many gets
+// MIN_CQ_LEN.
+constexpr int DEVICE_CQ_LEN = 64 * sdlink::Carrier::CQ_SHARE;
+constexpr int MIN_CQ_LEN = 8 * sdlink::Carrier::CQ_SHARE;
+// The connect's ring size when net.sd.ring_size cannot be read: its
+// default.
+constexpr std::uint32_t DEFAULT_RING_SIZE = 128 * 1024;
+
+// What the daemon's data path did, over its life (--verbose prints them at
+// exit; Documentation/sdlinkd.rst, "Counters").
+struct LinkCounters {
+	std::uint64_t carried = 0;	// connections whose two queue pairs connected
+	std::uint64_t writes = 0;	// RDMA writes posted
+	std::uint64_t bytes = 0;	// bytes those writes carried
+	std::uint64_t copies = 0;	// bytes a CPU copied (0)
+	std::uint64_t wakes = 0;	// SD_IOC_WAKE calls (wake-up system calls)
+	std::uint64_t syscalls = 0;	// other system calls on carried sockets
+	std::uint64_t sleeps = 0;	// epoll waits with a carrier live
+	std::uint64_t resets = 0;	// carried connections that ended in a reset
+	std::uint64_t mismatched = 0;	// VIA connections whose rings were not as stated
+};
 
 // A TCP connect to a peer's control port that takes longer has lost its
 // SYN three times (TCP retries after 1, 2 and 4 s): the host is treated
@@ -119,6 +154,10 @@ private:
 		Time ping_sent{};
 		bool authenticated = false;	// an authenticated frame came
 		std::size_t pending = 0;	// connects waiting on it
+		std::size_t links = 0;		// connections it carries
+		// The RDMA device for its peer, found once (null: none).
+		sdlink::Device *dev = nullptr;
+		bool dev_known = false;
 		bool dead = false;
 		Outcome end = Outcome::FAILED;
 	};
@@ -128,11 +167,42 @@ private:
 		Time deadline{};
 		sdlink::Connect msg;
 		bool sent = false;
+		sdlink::Device *dev = nullptr;	// set once sent
+	};
+
+	// A connect of this host given VIA, whose connection is not accepted
+	// from the VIA listener yet.
+	struct Via {
+		std::uint64_t conn = 0;
+		sdlink::Device *dev = nullptr;
+		sdlink::Endpoint peer;
+		std::uint32_t send_size = 0, recv_size = 0;
+		Time deadline{};
+	};
+
+	// One carried connection.  CONNECTING: a connect of this host, by
+	// the kernel's id; ANSWERING: a connect of the peer's, by its id.
+	struct Link {
+		std::uint64_t token = 0;
+		std::uint64_t conn = 0;		// its session
+		std::uint64_t id = 0;		// the id on the wire
+		sdlink::Role role = sdlink::Role::CONNECTING;
+		std::unique_ptr<sdlink::Carrier> carrier;
+		bool go = false;		// both queue pairs connected: poll it
+		bool peer_told = false;		// the peer knows it is over
+		Time deadline{};		// until go: the peer's next step by then
+	};
+
+	struct Dev {
+		std::string name;
+		int gid_index = 0;
+		std::unique_ptr<sdlink::Device> dev;
 	};
 
 	// The fixed descriptors' tokens; connections' tokens are above.
 	static constexpr std::uint64_t T_NETLINK = 1, T_LISTEN = 2, T_TIMER = 3, T_SIGNAL = 4,
-				       T_FIRST_CONN = 16;
+				       T_VIA = 5, T_FIRST_DEVICE = 8, T_FIRST_CONN = 16;
+	static_assert(T_FIRST_DEVICE + MAX_DEVICES <= T_FIRST_CONN);
 
 	void dispatch(std::uint64_t token, std::uint32_t events, Time now);
 	void accept_all(Time now);
@@ -143,7 +213,8 @@ private:
 	void on_keyless(Conn &c, std::span<const std::uint8_t> bytes);
 	void on_message(Conn &c, const sdlink::Message &m, Time now);
 	void on_answer(Conn &c, const sdlink::Answer &a);
-	sdlink::Answer answer(const Conn &c, const sdlink::Connect &req);
+	sdlink::Answer answer(Conn &c, const sdlink::Connect &req, Time now);
+	void ask(Conn &c, Pending &p);
 	void on_upcall(const Upcall &up, bool bad, Time now);
 	Conn *dial(const In6 &host, Time now, Outcome &why);
 	bool make_room();
@@ -163,8 +234,36 @@ private:
 	Duration kernel_bound() const;
 	Conn *find(std::uint64_t token);
 
+	// The data path (daemon_link.cpp).
+	bool setup_via(std::string &error);
+	sdlink::Device *device_for(Conn &c);
+	void accept_via(Time now);
+	void on_ready(Conn &c, const sdlink::Ready &r);
+	void on_close(Conn &c, const sdlink::Close &cl);
+	Link *add_link(Conn &c, std::uint64_t id, sdlink::Role role,
+		       std::unique_ptr<sdlink::Carrier> carrier, Time deadline);
+	Link *find_link(const Conn &c, std::uint64_t id);
+	void tell_reset(std::uint64_t conn, std::uint64_t id);
+	void drop_links(std::uint64_t conn);
+	bool pump();
+	bool may_sleep();
+	void finish(Link &l);
+	void expire_links(Time now);
+	Time links_deadline() const;
+	void stop_links();
+	std::uint32_t ring_size() const;
+
 	Options opt_;
 	std::unique_ptr<Kernel> kernel_;
+	// Devices before links: carriers go first.
+	std::vector<Dev> devs_;
+	Fd via_;				// the VIA listener
+	std::map<std::uint64_t, Via> vias_;	// by the kernel's connect id
+	std::map<std::uint64_t, std::unique_ptr<Link>> links_;	// by token
+	std::map<std::pair<std::uint64_t, std::uint64_t>, std::uint64_t> link_ids_;	// (conn, id)
+	LinkCounters counters_;
+	bool logged_no_device_ = false;
+	bool logged_links_full_ = false;
 	PeerCache peers_;
 	Fd epoll_, listen_, timer_, signal_;
 	bool listening_ = true;
@@ -188,6 +287,7 @@ private:
 	bool logged_outbound_full_ = false;
 
 	bool stop_ = false;
+	bool spinning_ = false;
 	int status_ = 0;
 };
 

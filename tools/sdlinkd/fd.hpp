@@ -25,6 +25,8 @@ public:
 	~Fd() { reset(); }
 
 	int get() const noexcept { return fd_; }
+	// Gives the descriptor up to the caller.
+	int release() noexcept { return std::exchange(fd_, -1); }
 	explicit operator bool() const noexcept { return fd_ >= 0; }
 	void reset(int fd = -1) noexcept
 	{

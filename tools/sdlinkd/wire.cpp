@@ -253,8 +253,9 @@ bool valid(const Message &msg) noexcept
 	if (const auto *a = std::get_if<Answer>(&msg))
 		return static_cast<std::uint8_t>(a->verdict) <= static_cast<std::uint8_t>(Verdict::POLICY);
 	if (const auto *c = std::get_if<Connect>(&msg)) {
+		// Both 0: the connecting side has no data path.
 		auto pow2 = [](std::uint32_t v) { return v && !(v & (v - 1)); };
-		return pow2(c->send_size) && pow2(c->recv_size);
+		return (pow2(c->send_size) && pow2(c->recv_size)) || (!c->send_size && !c->recv_size);
 	}
 	if (const auto *c = std::get_if<Close>(&msg))
 		return c->reason == Reason::FIN || c->reason == Reason::RESET;

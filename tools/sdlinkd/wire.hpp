@@ -30,7 +30,9 @@
 //   verdict       0 ACCEPT, 1 REFUSED, 2 NO_RDMA, 3 BUSY, 4 DENIED,
 //                 5 POLICY
 //   send_size     bytes of the data area of the connecting program's send
-//   recv_size     and receive ring: each a power of two, nonzero
+//   recv_size     and receive ring: each a power of two; both 0 when the
+//                 connecting side cannot carry the connection (no RDMA
+//                 device for that peer), which the answer is then NO_RDMA
 //   reason        0 FIN, 1 RESET
 //   addr          IPv6, IPv4 as ::ffff:a.b.c.d
 //
@@ -166,7 +168,8 @@ struct Connect {
 	SockAddr src, dst;
 	std::uint32_t uid = 0;
 	std::uint32_t gid = 0;
-	// The connecting program's rings, which the answering side's mirror.
+	// The connecting program's rings, which the answering side's mirror;
+	// both 0: the connecting side has no data path (answer NO_RDMA).
 	std::uint32_t send_size = 0;
 	std::uint32_t recv_size = 0;
 	bool operator==(const Connect &) const = default;
