@@ -9,19 +9,25 @@ The kernel's bound on a connect's wait (net.sd.rendezvous_timeout_ms,
 which is the daemon's too) is set to its maximum, so that no verdict here
 depends on how fast the guest runs."""
 import os
+import pathlib
 import queue
+import random
+import re
 import resource
 import select
 import signal
 import socket
 import subprocess
+import sys
 import threading
 
 import pytest
 
 from conftest import AF_SD, TOP, in_netns, netns_del, netns_pair, nspopen, \
     nsrun, ns_sysctl, sd_stats
-from sdsock import Family
+from sdgenl import Genl, attr, attr_u8, mapped, nest
+import sdgenl
+from sdsock import Family, sockname
 
 SDLINKD = str(TOP / "build" / "user" / "tools" / "sdlinkd" / "sdlinkd")
 SDCTL = str(TOP / "build" / "user" / "tools" / "sdctl" / "sdctl")
@@ -416,3 +422,371 @@ def test_garbage_into_the_control_port(hosts):
     d.expect("session from")
     assert d.p.poll() is None
     assert d.stop() == 0
+
+
+# ---- the data path: connections carried over RDMA -------------------------
+#
+# The RDMA between the hosts is two soft-RoCE devices on the two ends of
+# another veth pair, which stays in the initial namespace: rdma_rxe of the
+# guest's kernel sends and receives only there (tests/integration/
+# test_carrier.py says more).  Policy routing makes each device's packets
+# to the other's address leave by its own veth end.  The verbs devices are
+# visible from every namespace, so each daemon is told its own
+# (--rdma-device): neither has the control session's address in its GID
+# table.
+
+RVETH = ("sdlrv0", "sdlrv1")
+RDEV = ("sdlr0", "sdlr1")
+RADDR = ("10.84.0.1", "10.84.0.2")
+RTABLE = (184, 185)
+SOL_SD, SD_TRANSPORT, SD_TRANSPORT_RDMA = 0x5344, 8, 2
+SDRUN = TOP / "build" / "user" / "lib" / "shim" / "sdrun"
+MIB = 1024 * 1024
+
+
+def sh(*cmd, check=True):
+    out = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and out.returncode:
+        raise AssertionError(f"{cmd} exited {out.returncode}: {out.stderr.strip()}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def rdma():
+    for mod in ("veth", "rdma_rxe", "ib_uverbs"):
+        sh("modprobe", mod)
+    sh("ip", "link", "del", RVETH[0], check=False)
+    conf = pathlib.Path("/proc/sys/net/ipv4/conf")
+    saved = {}
+    rules = False
+    try:
+        sh("ip", "link", "add", RVETH[0], "type", "veth", "peer", "name", RVETH[1])
+        for veth, addr in zip(RVETH, RADDR):
+            sh("ip", "addr", "add", f"{addr}/32", "dev", veth)
+        for dev in ("all",) + RVETH:
+            for key, value in (("rp_filter", "0"), ("accept_local", "1")):
+                path = conf / dev / key
+                saved[path] = path.read_text().strip()
+                path.write_text(value)
+        for veth in RVETH:
+            sh("ip", "link", "set", veth, "up")
+        sh("ip", "route", "add", RADDR[1], "dev", RVETH[0], "table", str(RTABLE[0]))
+        sh("ip", "route", "add", RADDR[0], "dev", RVETH[1], "table", str(RTABLE[1]))
+        rules = True
+        sh("ip", "rule", "add", "pref", "10", "oif", RVETH[0], "lookup", str(RTABLE[0]))
+        sh("ip", "rule", "add", "pref", "11", "oif", RVETH[1], "lookup", str(RTABLE[1]))
+        sh("ip", "rule", "add", "pref", "100", "lookup", "local")
+        sh("ip", "rule", "del", "pref", "0")
+        for dev, veth in zip(RDEV, RVETH):
+            sh("rdma", "link", "add", dev, "type", "rxe", "netdev", veth)
+        yield
+    finally:
+        for dev in RDEV:
+            sh("rdma", "link", "delete", dev, check=False)
+        sh("ip", "link", "del", RVETH[0], check=False)
+        if rules:
+            sh("ip", "rule", "add", "pref", "0", "lookup", "local", check=False)
+            sh("ip", "rule", "del", "pref", "100", check=False)
+            sh("ip", "rule", "del", "pref", "10", check=False)
+            sh("ip", "rule", "del", "pref", "11", check=False)
+        for path, value in saved.items():
+            if path.parent.name == "all":
+                path.write_text(value)
+
+
+@pytest.fixture
+def linked(rdma, hosts):
+    """Daemons in A and B with the same key, each on its own device."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    da = daemon(hosts, A, "--rdma-device", RDEV[0])
+    db = daemon(hosts, B, "--rdma-device", RDEV[1])
+    return hosts, da, db
+
+
+def sd_listener():
+    """A native AF_SD listener of B on B's address; (socket, port)."""
+    with in_netns(B):
+        s = socket.socket(AF_SD, socket.SOCK_STREAM, 0)
+    assert Family.bind(s, ADDR[1], 0) == "OK"
+    s.listen(16)
+    return s, sockname(s)[1]
+
+
+def client(port, opts=()):
+    """A redirected socket of A connected to B's port."""
+    with in_netns(A):
+        c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    for level, name, value in opts:
+        c.setsockopt(level, name, value)
+    assert Family.connect(c, ADDR[1], port) == "OK"
+    c.settimeout(WAIT)
+    return c
+
+
+def link_counts():
+    a, b = sd_stats(A), sd_stats(B)
+    return {"via": a["link_via"], "incoming": b["link_incoming"]}
+
+
+def carried_pair(lst, port):
+    """A client of A and its accepted end in B, both over RDMA."""
+    before = link_counts()
+    c = client(port)
+    s = accept(lst)
+    for end in (c, s):
+        assert end.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    after = link_counts()
+    assert {k: after[k] - before[k] for k in after} == {"via": 1, "incoming": 1}
+    return c, s
+
+
+def accept(lst):
+    """The next connection of listener lst (socket.accept() knows no AF_SD
+    address), waiting at most WAIT."""
+    r, _, _ = select.select([lst], [], [], WAIT)
+    assert r == [lst], "no connection came"
+    s = Family.accept(lst)
+    s.settimeout(WAIT)
+    return s
+
+
+def recv_all(s, n):
+    got = bytearray()
+    while len(got) < n:
+        d = s.recv(min(MIB, n - len(got)))
+        assert d, f"EOF after {len(got)} of {n} bytes"
+        got += d
+    return bytes(got)
+
+
+def expect_eof(s):
+    assert s.recv(4096) == b""
+
+
+def counters(d):
+    """The counters line sdlinkd --verbose prints at exit."""
+    m = re.search(r"counters: (.*)", d.text())
+    assert m, d.text()
+    words = m.group(1).split()
+    return {k: int(v) for k, v in zip(words[::2], words[1::2])}
+
+
+def test_rdma_8_mib_each_way_then_fin(linked):
+    """8 MiB each way at once, every byte checked; then each side's FIN
+    reaches the other after all its bytes."""
+    _, da, db = linked
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    up, down = os.urandom(8 * MIB), os.urandom(8 * MIB)
+    got = {}
+
+    def server():
+        got["up"] = recv_all(s, len(up))
+
+    t = threading.Thread(target=server)
+    t.start()
+    w = threading.Thread(target=s.sendall, args=(down,))
+    w.start()
+    c.sendall(up)
+    assert recv_all(c, len(down)) == down
+    t.join(WAIT)
+    w.join(WAIT)
+    assert got["up"] == up
+    # FIN from A, then bytes and FIN from B.
+    c.shutdown(socket.SHUT_WR)
+    expect_eof(s)
+    s.sendall(b"after the fin")
+    s.shutdown(socket.SHUT_WR)
+    assert recv_all(c, 13) == b"after the fin"
+    expect_eof(c)
+    c.close()
+    s.close()
+    lst.close()
+    assert da.stop() == 0 and db.stop() == 0
+    for d in (da, db):
+        k = counters(d)
+        assert k["carried"] == 1 and k["copies"] == 0 and k["resets"] == 0, k
+        assert k["bytes"] >= 8 * MIB, k
+
+
+def test_rdma_many_small_messages(linked):
+    _, da, db = linked
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    rng = random.Random(5)
+    msgs = [rng.randbytes(rng.randrange(1, 300)) for _ in range(3000)]
+    total = sum(map(len, msgs))
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("b", recv_all(s, total)))
+    t.start()
+    for m in msgs:
+        c.send(m)
+    t.join(WAIT)
+    assert got["b"] == b"".join(msgs)
+    # And back, one at a time: each a round trip.
+    for m in msgs[:200]:
+        s.sendall(m)
+        assert recv_all(c, len(m)) == m
+    c.close()
+    expect_eof(s)
+    s.close()
+    assert da.stop() == 0 and db.stop() == 0
+
+
+CHILD = r"""
+import os, socket, sys
+sys.path.insert(0, {here!r})
+from conftest import AF_SD
+from sdsock import Family
+c = socket.socket(AF_SD, socket.SOCK_STREAM, {proto})
+assert Family.connect(c, {host!r}, {port}) == "OK"
+print("connected", flush=True)
+block = bytes(range(256)) * 256
+while True:
+    c.sendall(block)
+"""
+
+
+def test_rdma_program_killed_mid_stream(linked):
+    """A program of A killed while it sends: B's end sees EOF or a reset,
+    as over TCP, after the bytes that came."""
+    hosts, da, db = linked
+    lst, port = sd_listener()
+    here = str(pathlib.Path(__file__).parent)
+    p = nspopen(A, sys.executable, "-c",
+                CHILD.format(here=here, proto=SD_PROTO_INET, host=ADDR[1], port=port),
+                stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "connected\n"
+        lst.settimeout(WAIT)
+        s, _ = lst.accept()
+        s.settimeout(WAIT)
+        assert s.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+        block = bytes(range(256)) * 256
+        assert recv_all(s, 4 * len(block)) == block * 4
+    finally:
+        p.kill()
+        p.wait()
+    n = 0
+    try:
+        while True:
+            d = s.recv(MIB)
+            if not d:
+                break
+            n += len(d)
+    except ConnectionResetError:
+        pass
+    s.close()
+    assert da.stop() == 0 and db.stop() == 0
+
+
+def test_rdma_peer_daemon_killed_mid_stream(linked):
+    """B's daemon killed with SIGKILL while A's program sends: the program
+    sees ECONNRESET (A's session ends, and with it what it carried); a
+    daemon started again in B carries the next connect."""
+    hosts, da, db = linked
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    c.sendall(b"x" * MIB)
+    assert recv_all(s, MIB) == b"x" * MIB
+    assert db.stop(signal.SIGKILL) == -signal.SIGKILL
+    with pytest.raises((ConnectionResetError, BrokenPipeError)):
+        # Until the reset comes (the daemon's end, then the program's).
+        while True:
+            c.sendall(b"y" * 65536)
+    c.close()
+    s.close()
+    daemon(hosts, B, "--rdma-device", RDEV[1])
+    c, s = carried_pair(lst, port)
+    c.sendall(b"again")
+    assert recv_all(s, 5) == b"again"
+    c.close()
+    expect_eof(s)
+    s.close()
+    assert da.stop() == 0
+
+
+def test_rdma_no_listener_is_tcp(linked, echo):
+    """A plain TCP listener in B, no AF_SD one: TCP, reason no_listener."""
+    assert exchange(echo.port) == decided("no_listener")
+
+
+def test_rdma_accept_rule_refuses(linked):
+    """An accept rule of B refuses A's address: ECONNREFUSED in A."""
+    lst, port = sd_listener()
+    with in_netns(B):
+        nl = Genl()
+    try:
+        r = nl.rule_add(sdgenl.SD_ACTION_DENY, sdgenl.SD_DIR_ACCEPT,
+                        nest(sdgenl.SD_A_RULE_REMOTE,
+                             attr(sdgenl.SD_A_ADDR_IN6, mapped(ADDR[0])),
+                             attr_u8(sdgenl.SD_A_ADDR_PREFIX, 128)))
+        assert r.err == 0
+        with in_netns(A):
+            c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+        assert Family.connect(c, ADDR[1], port) == "ECONNREFUSED"
+        c.close()
+    finally:
+        nl.flush()
+        nl.close()
+    lst.close()
+
+
+def test_rdma_ring_size_mismatch_is_reset(linked):
+    """A program that sized its send ring (SO_SNDBUF) unlike the namespace's
+    default: its connect succeeds, as the daemons agreed on the default,
+    and its daemon resets it at once (the rings cannot mirror each other).
+    The next connect, with the default, is carried."""
+    _, da, db = linked
+    lst, port = sd_listener()
+    c = client(port, [(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)])
+    with pytest.raises(ConnectionResetError):
+        c.recv(1)
+    c.close()
+    da.expect("(SO_SNDBUF or SO_RCVBUF): reset")
+    c, s = carried_pair(lst, port)
+    c.sendall(b"fine")
+    assert recv_all(s, 4) == b"fine"
+    c.close()
+    s.close()
+    assert da.stop() == 0
+    assert counters(da)["mismatched"] == 1
+
+
+FORKER = r"""
+import os, random, socket, sys
+data = random.Random(7).randbytes(2 * {n})
+c = socket.create_connection(({host!r}, {port}))
+c.sendall(data[:{n}])
+os.set_inheritable(c.fileno(), True)
+if os.fork() == 0:
+    os.execv(sys.executable, [sys.executable, "-c",
+        "import random, socket, sys; "
+        "data = random.Random(7).randbytes(2 * {n}); "
+        "c = socket.socket(fileno=int(sys.argv[1])); "
+        "c.sendall(data[{n}:]); c.close()", str(c.fileno())])
+os._exit(0)
+"""
+
+
+def test_rdma_sdrun_fork_exec_exit_mid_stream(linked):
+    """A program under sdrun forks, execs and exits while its connection
+    is carried; the child sends the rest, and B gets every byte."""
+    _, da, db = linked
+    if not SDRUN.exists():
+        pytest.fail(f"{SDRUN} is not built")
+    lst, port = sd_listener()
+    n = 2 * MIB
+    p = nspopen(A, str(SDRUN), sys.executable, "-c",
+                FORKER.format(n=n, host=ADDR[1], port=port),
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    s = accept(lst)
+    assert s.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    want = random.Random(7).randbytes(2 * n)
+    assert recv_all(s, 2 * n) == want
+    expect_eof(s)
+    _, err = p.communicate(timeout=WAIT)
+    assert p.returncode == 0, err
+    s.close()
+    assert da.stop() == 0 and db.stop() == 0
