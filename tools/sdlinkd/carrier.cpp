@@ -614,8 +614,10 @@ void Carrier::on_imm(std::uint32_t v) noexcept
 			fail(-EPROTO, true);
 			return;
 		}
-		// Our program closed: as TCP's RST to data after a close.
-		if (mapped() && (load_acquire(tx_cons_flags_) & SD_RING_CLOSED)) {
+		// Our program closed: as TCP's RST to data after a close; not
+		// for records it read before we took in their immediate.
+		if (mapped() && (load_acquire(tx_cons_flags_) & SD_RING_CLOSED) &&
+		    static_cast<std::int64_t>(load_acquire(tx_consumer_) - (tail_ + n)) < 0) {
 			fail(-ECONNRESET, true);
 			return;
 		}
@@ -674,8 +676,10 @@ bool Carrier::credit_back() noexcept
 	if (peer_fin_)
 		return false;		// the peer sends nothing more
 	// Rule 2 (producer): the credit, then the space is the peer's.
+	// Our program may have read records that landed before we took in
+	// their immediate: its credit is bounded by what the peer may write.
 	const std::uint64_t c = load_acquire(tx_consumer_);
-	if (c % SD_REC_ALIGN || c - prog_credit_ > tail_ - prog_credit_) {
+	if (c % SD_REC_ALIGN || c - prog_credit_ > credit_posted_ + tx_size_ - prog_credit_) {
 		fail(-EPROTO, true);
 		return true;
 	}
