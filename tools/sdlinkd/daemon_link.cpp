@@ -503,6 +503,8 @@ bool Daemon::pump()
 // for a wake-up.  False if work came meanwhile.
 bool Daemon::may_sleep()
 {
+	if (links_.empty())
+		return true;
 	bool sleep = true;
 	for (const Dev &d : devs_)
 		if (d.dev->arm())
