@@ -880,15 +880,13 @@ bool Carrier::poll() noexcept
 		return false;
 	bool work = false;
 	if (state_ == State::RUNNING && !resetting_) {
-		// Awake and looking: the wait flags we set are not needed.
-		if (reader_wait_) {
+		// Awake and looking: the wait flags of our sides are not needed,
+		// whoever set them (prepare_sleep(), or the kernel's poll of
+		// the socket, which arms both when epoll looks at it).
+		if (__atomic_load_n(rx_cons_flags_, __ATOMIC_RELAXED) & SD_RING_READER_WAIT)
 			__atomic_fetch_and(rx_cons_flags_, ~SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
-			reader_wait_ = false;
-		}
-		if (need_credit_) {
+		if (__atomic_load_n(tx_prod_flags_, __ATOMIC_RELAXED) & SD_RING_NEED_CREDIT)
 			__atomic_fetch_and(tx_prod_flags_, ~SD_RING_NEED_CREDIT, __ATOMIC_SEQ_CST);
-			need_credit_ = false;
-		}
 		work |= check_flags();
 		if (!resetting_)
 			work |= retire_batches();
@@ -915,7 +913,6 @@ bool Carrier::prepare_sleep() noexcept
 	// (Not while the whole ring is in flight: a completion comes.)
 	if (!fin_posted_ && !blocked_ && sq_room(3, KEEP_BATCH) && sent_ - head_ < size_) {
 		__atomic_fetch_or(rx_cons_flags_, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
-		reader_wait_ = true;
 		full_barrier();
 		if (load_acquire(hdr(sent_)) || (load_acquire(rx_prod_flags_) & SD_RING_FIN))
 			return false;
@@ -923,7 +920,6 @@ bool Carrier::prepare_sleep() noexcept
 	// Rule 4: the peer waits for credit our program has not published.
 	if (!peer_fin_ && peer_wants_ && sq_room(1, KEEP_CREDIT)) {
 		__atomic_fetch_or(tx_prod_flags_, SD_RING_NEED_CREDIT, __ATOMIC_SEQ_CST);
-		need_credit_ = true;
 		full_barrier();
 		if (load_acquire(tx_consumer_) != credit_posted_)
 			return false;

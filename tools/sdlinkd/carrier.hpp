@@ -276,7 +276,6 @@ private:
 	bool fin_seen_ = false;		// our program's stream ended at sent_
 	bool fin_posted_ = false;
 	bool fin_done_ = false;		// and the peer has it
-	bool reader_wait_ = false;	// we set READER_WAIT on the send ring
 
 	// Receiving (the peer's writes into our program's receive ring).
 	std::uint64_t tail_ = 0;	// records landed up to here
@@ -284,7 +283,6 @@ private:
 	std::uint64_t prog_credit_ = 0;	// our program consumed this far
 	std::uint64_t credit_posted_ = 0;	// the credit we gave the peer
 	bool peer_wants_ = false;	// the peer waits for credit
-	bool need_credit_ = false;	// we set NEED_CREDIT on the receive ring
 	bool peer_fin_ = false;		// the peer's stream ended at tail_
 	bool shut_ = false;		// we passed it on (shutdown(SHUT_WR))
 	bool peer_bye_ = false, bye_posted_ = false, bye_done_ = false;
