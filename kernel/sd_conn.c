@@ -1623,6 +1623,29 @@ out:
 }
 
 /*
+ * A background connect's job, of @sk to @dst (@uaddr for TCP's), ending
+ * in @fn.
+ */
+static void sd_connect_job_init(struct sd_connect_job *job, struct sock *sk,
+				struct sockaddr *uaddr, int addr_len,
+				const struct sd_addr *dst, work_func_t fn)
+{
+	job->dst = *dst;
+	sd_current_ids(&job->uid, &job->gid);
+	/* sys_connect copied at most a sockaddr_storage. */
+	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
+	memcpy(&job->addr, uaddr, job->addr_len);
+	/*
+	 * The file, not only the socket: a close meanwhile must not release
+	 * the TCP socket that the work may connect (the connect call holds
+	 * the file the same way).
+	 */
+	job->file = get_file(sk->sk_socket->file);
+	job->sk = sk;
+	INIT_WORK(&job->work, fn);
+}
+
+/*
  * A non-blocking connect of a socket that offers RDMA: the rendezvous goes
  * on in the background (sd_connect_work()) and connect says EINPROGRESS at
  * once.  The connection's rings are made here, charged to the caller.
@@ -1641,19 +1664,7 @@ static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
 		kfree(job);
 		return -ENOMEM;
 	}
-	job->dst = *dst;
-	sd_current_ids(&job->uid, &job->gid);
-	/* sys_connect copied at most a sockaddr_storage. */
-	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
-	memcpy(&job->addr, uaddr, job->addr_len);
-	/*
-	 * The file, not only the socket: a close meanwhile must not release
-	 * the TCP socket that the work may connect (the connect call holds
-	 * the file the same way).
-	 */
-	job->file = get_file(sk->sk_socket->file);
-	job->sk = sk;
-	INIT_WORK(&job->work, sd_connect_work);
+	sd_connect_job_init(job, sk, uaddr, addr_len, dst, sd_connect_work);
 	sd_connect_begin(sk);
 	sd_remote_queue(&job->work);
 	return -EINPROGRESS;
@@ -2046,13 +2057,8 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 		kfree(job);
 		return err;
 	}
-	job->dst = *dst;
-	sd_current_ids(&job->uid, &job->gid);
-	job->addr_len = min_t(int, addr_len, sizeof(job->addr));
-	memcpy(&job->addr, uaddr, job->addr_len);
-	job->file = get_file(sk->sk_socket->file);
-	job->sk = sk;
-	INIT_WORK(&job->work, sd_connect_link_work);
+	sd_connect_job_init(job, sk, uaddr, addr_len, dst,
+			    sd_connect_link_work);
 	sd_connect_begin(sk);
 	err = sd_link_ask_async(sock_net(sk), &sd_sk(sk)->local, dst,
 				job->uid, job->gid,

@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <initializer_list>
 #include <new>
@@ -411,7 +412,9 @@ int Carrier::connect(const Endpoint &peer) noexcept
 	else if (r.data_len != size_)
 		err = -EMSGSIZE;	// our send ring cannot mirror its receive ring
 	if (err) {
-		reset(err);
+		fail(err, false,
+		     err == -EMSGSIZE ? "the peer's ring is not our size" : "a bad endpoint from the peer");
+		maybe_finish();
 		return err;
 	}
 	peer_ = peer;
@@ -432,7 +435,8 @@ int Carrier::connect(const Endpoint &peer) noexcept
 	if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
 		err = errno ? -errno : -EIO;
-		reset(err);
+		fail(err, false, "the queue pair refused the peer (RTR)");
+		maybe_finish();
 		return err;
 	}
 	a = {};
@@ -445,7 +449,8 @@ int Carrier::connect(const Endpoint &peer) noexcept
 	if (ibv_modify_qp(qp_, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
 		err = errno ? -errno : -EIO;
-		reset(err);
+		fail(err, false, "the queue pair refused the peer (RTS)");
+		maybe_finish();
 		return err;
 	}
 	state_ = State::RUNNING;
@@ -481,7 +486,7 @@ bool Carrier::post_write(std::uint8_t kind, std::uint64_t local, std::uint32_t l
 	wr.wr.rdma.rkey = rkey;
 	if (ibv_post_send(qp_, &wr, &bad)) {
 		qp_broken_ = true;
-		fail(-EIO, false);
+		fail(-EIO, false, "posting a write failed");
 		return false;
 	}
 	Inflight &f = ring_[(inflight_head_ + inflight_n_++) % SQ_DEPTH];
@@ -533,7 +538,7 @@ bool Carrier::post_batch(std::uint64_t start, std::uint64_t end, std::uint32_t i
 	wr[k - 1].imm_data = htonl(imm_val);
 	if (ibv_post_send(qp_, wr, &bad)) {
 		qp_broken_ = true;
-		fail(-EIO, false);
+		fail(-EIO, false, "posting a batch failed");
 		return false;
 	}
 	Inflight &f = ring_[(inflight_head_ + inflight_n_++) % SQ_DEPTH];
@@ -554,22 +559,23 @@ void Carrier::on_wc(const ibv_wc &wc) noexcept
 	if (wc.status != IBV_WC_SUCCESS) {
 		// A queue pair in error flushes everything: nothing more goes.
 		qp_broken_ = true;
-		fail(wc.status == IBV_WC_WR_FLUSH_ERR ? -ECONNRESET : -EIO, false);
+		fail(wc.status == IBV_WC_WR_FLUSH_ERR ? -ECONNRESET : -EIO, false, "a work request failed");
 		return;
 	}
 	if (kind == K_RECV) {
 		if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || !(wc.wc_flags & IBV_WC_WITH_IMM)) {
-			fail(-EPROTO, true);
+			fail(-EPROTO, true, "the peer sent, not wrote");
 			return;
 		}
 		cnt_.imms++;
-		if (!resetting_)
-			post_recv();
+		// Also while resetting: a peer whose writes met no receive
+		// would retry them for ever (RNR), and never drain its queue.
+		post_recv();
 		on_imm(ntohl(wc.imm_data));
 		return;
 	}
 	if (!inflight_n_) {
-		fail(-EPROTO, false);
+		fail(-EPROTO, false, "a completion nobody waited for");
 		return;
 	}
 	const Inflight f = ring_[inflight_head_];
@@ -577,7 +583,7 @@ void Carrier::on_wc(const ibv_wc &wc) noexcept
 	inflight_n_--;
 	sq_used_ -= f.wrs;
 	if (f.kind != kind) {
-		fail(-EPROTO, false);
+		fail(-EPROTO, false, "completions out of order");
 		return;
 	}
 	if (f.kind == K_BATCH)
@@ -592,15 +598,17 @@ void Carrier::on_wc(const ibv_wc &wc) noexcept
 // peer is another host.
 void Carrier::on_imm(std::uint32_t v) noexcept
 {
+	if (v == imm::RESET)
+		peer_reset_ = true;
 	if (resetting_)
 		return;
 	if (v & imm::CTRL) {
 		if (v == imm::RESET)
-			fail(-ECONNRESET, false);
+			fail(-ECONNRESET, false, "the peer reset the connection");
 		else if (v == imm::BYE && peer_fin_ && !peer_bye_)
 			peer_bye_ = true;
 		else
-			fail(-EPROTO, true);
+			fail(-EPROTO, true, "a bad control immediate");
 		return;
 	}
 	if (v & imm::CREDIT)
@@ -608,17 +616,19 @@ void Carrier::on_imm(std::uint32_t v) noexcept
 	const std::uint32_t n = v & imm::LEN_MASK;
 	if (n) {
 		// Records only before the end, whole, and within the credit
-		// we gave (nothing else can have been written).
+		// we gave (nothing else can have been written).  Our program
+		// may have read past tail_ already (the records landed before
+		// their immediate came), and that credit gone to the peer.
 		if (peer_fin_ || (v & imm::CREDIT) || n % SD_REC_ALIGN ||
-		    tail_ + n - credit_posted_ > tx_size_) {
-			fail(-EPROTO, true);
+		    tail_ + n > credit_posted_ + tx_size_) {
+			fail(-EPROTO, true, "a bad record count from the peer");
 			return;
 		}
 		// Our program closed: as TCP's RST to data after a close; not
 		// for records it read before we took in their immediate.
 		if (mapped() && (load_acquire(tx_cons_flags_) & SD_RING_CLOSED) &&
 		    static_cast<std::int64_t>(load_acquire(tx_consumer_) - (tail_ + n)) < 0) {
-			fail(-ECONNRESET, true);
+			fail(-ECONNRESET, true, "data for a program that closed");
 			return;
 		}
 		tail_ += n;
@@ -628,7 +638,7 @@ void Carrier::on_imm(std::uint32_t v) noexcept
 		peer_wants_ = true;
 	if (v & imm::FIN) {
 		if (peer_fin_) {
-			fail(-EPROTO, true);
+			fail(-EPROTO, true, "a second FIN from the peer");
 			return;
 		}
 		peer_fin_ = true;
@@ -643,7 +653,7 @@ bool Carrier::take_in() noexcept
 
 	if (tail_ != published_) {
 		if (!enter(tx_side_)) {
-			fail(-EBUSY, true);
+			fail(-EBUSY, true, "the receive ring's token was taken");
 			return true;
 		}
 		__atomic_store_n(tx_prod_pos_, tail_, __ATOMIC_RELAXED);
@@ -680,7 +690,7 @@ bool Carrier::credit_back() noexcept
 	// their immediate: its credit is bounded by what the peer may write.
 	const std::uint64_t c = load_acquire(tx_consumer_);
 	if (c % SD_REC_ALIGN || c - prog_credit_ > credit_posted_ + tx_size_ - prog_credit_) {
-		fail(-EPROTO, true);
+		fail(-EPROTO, true, "a bad credit from our program");
 		return true;
 	}
 	prog_credit_ = c;
@@ -729,7 +739,7 @@ bool Carrier::forward() noexcept
 	const std::uint64_t pc = load_acquire(&peer_credit_word_);
 	credit_dirty_ = false;
 	if (pc % SD_REC_ALIGN || pc - peer_credit_ > sent_ - peer_credit_) {
-		fail(-EPROTO, true);
+		fail(-EPROTO, true, "a bad credit from the peer");
 		return true;
 	}
 	if (pc != peer_credit_) {
@@ -739,7 +749,7 @@ bool Carrier::forward() noexcept
 	if (fin_posted_)
 		return false;
 	if (!enter(rx_side_)) {
-		fail(-EBUSY, true);
+		fail(-EBUSY, true, "the send ring's token was taken");
 		return true;
 	}
 	bool work = false;
@@ -751,6 +761,15 @@ bool Carrier::forward() noexcept
 		std::uint64_t pos = start, records = 0;
 		bool fin = false;
 		for (;;) {
+			// Nothing starts at our credit plus the size (that header
+			// is a record in flight, a whole ring back); nothing the
+			// peer has no room for goes.
+			if (pos - head_ >= size_)
+				break;
+			if (pos - peer_credit_ >= size_) {
+				blocked_ = true;
+				break;
+			}
 			std::uint64_t word = load_acquire(hdr(pos));
 			if (!word) {
 				// Rule 5: FIN after the last header; look again.
@@ -763,7 +782,7 @@ bool Carrier::forward() noexcept
 			bool pad = false;
 			if (hdr_check(word, pos, &sp, &pad) < 0) {
 				leave(rx_side_);
-				fail(-EPROTO, true);
+				fail(-EPROTO, true, "a corrupt record in the send ring");
 				return true;
 			}
 			if (pos + sp - peer_credit_ > size_) {
@@ -812,7 +831,7 @@ bool Carrier::retire_batches() noexcept
 	if (landed_ == head_)
 		return false;
 	if (!enter(rx_side_)) {
-		fail(-EBUSY, true);
+		fail(-EBUSY, true, "the send ring's token was taken");
 		return true;
 	}
 	const std::uint64_t from = head_ & (size_ - 1);
@@ -853,7 +872,7 @@ bool Carrier::check_flags() noexcept
 				__atomic_load_n(tx_cons_flags_, __ATOMIC_RELAXED);
 	if (!(f & SD_RING_RESET))
 		return false;
-	fail(-ECONNRESET, true);
+	fail(-ECONNRESET, true, "the kernel reset the connection");
 	return true;
 }
 
@@ -863,15 +882,13 @@ bool Carrier::poll() noexcept
 		return false;
 	bool work = false;
 	if (state_ == State::RUNNING && !resetting_) {
-		// Awake and looking: the wait flags we set are not needed.
-		if (reader_wait_) {
+		// Awake and looking: the wait flags of our sides are not needed,
+		// whoever set them (prepare_sleep(), or the kernel's poll of
+		// the socket, which arms both when epoll looks at it).
+		if (__atomic_load_n(rx_cons_flags_, __ATOMIC_RELAXED) & SD_RING_READER_WAIT)
 			__atomic_fetch_and(rx_cons_flags_, ~SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
-			reader_wait_ = false;
-		}
-		if (need_credit_) {
+		if (__atomic_load_n(tx_prod_flags_, __ATOMIC_RELAXED) & SD_RING_NEED_CREDIT)
 			__atomic_fetch_and(tx_prod_flags_, ~SD_RING_NEED_CREDIT, __ATOMIC_SEQ_CST);
-			need_credit_ = false;
-		}
 		work |= check_flags();
 		if (!resetting_)
 			work |= retire_batches();
@@ -895,9 +912,9 @@ bool Carrier::prepare_sleep() noexcept
 	    (peer_fin_ && !shut_) || check_flags())
 		return false;
 	// Rule 3: records or FIN on the send ring wake us.
-	if (!fin_posted_ && !blocked_ && sq_room(3, KEEP_BATCH)) {
+	// (Not while the whole ring is in flight: a completion comes.)
+	if (!fin_posted_ && !blocked_ && sq_room(3, KEEP_BATCH) && sent_ - head_ < size_) {
 		__atomic_fetch_or(rx_cons_flags_, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
-		reader_wait_ = true;
 		full_barrier();
 		if (load_acquire(hdr(sent_)) || (load_acquire(rx_prod_flags_) & SD_RING_FIN))
 			return false;
@@ -905,12 +922,37 @@ bool Carrier::prepare_sleep() noexcept
 	// Rule 4: the peer waits for credit our program has not published.
 	if (!peer_fin_ && peer_wants_ && sq_room(1, KEEP_CREDIT)) {
 		__atomic_fetch_or(tx_prod_flags_, SD_RING_NEED_CREDIT, __ATOMIC_SEQ_CST);
-		need_credit_ = true;
 		full_barrier();
 		if (load_acquire(tx_consumer_) != credit_posted_)
 			return false;
 	}
 	return true;
+}
+
+int Carrier::describe(char *buf, std::size_t len) const noexcept
+{
+	const std::uint32_t rxf = mapped() ? __atomic_load_n(rx_prod_flags_, __ATOMIC_RELAXED) : 0;
+	const std::uint32_t rxc = mapped() ? __atomic_load_n(rx_cons_flags_, __ATOMIC_RELAXED) : 0;
+	const std::uint32_t txf = mapped() ? __atomic_load_n(tx_prod_flags_, __ATOMIC_RELAXED) : 0;
+	const std::uint32_t txc = mapped() ? __atomic_load_n(tx_cons_flags_, __ATOMIC_RELAXED) : 0;
+	const std::uint64_t txcons = mapped() ? __atomic_load_n(tx_consumer_, __ATOMIC_RELAXED) : 0;
+	const std::uint64_t at = mapped() && sent_ - head_ < size_ ?
+					 __atomic_load_n(hdr(sent_), __ATOMIC_RELAXED) : 0;
+	return std::snprintf(
+		buf, len,
+		"state %d%s send: head %llu landed %llu sent %llu peer_credit %llu hdr@sent %#llx "
+		"blocked %d want_sent %d fin %d/%d/%d flags %#x/%#x | receive: tail %llu "
+		"published %llu consumer %llu prog_credit %llu posted %llu peer_wants %d "
+		"peer_fin %d shut %d flags %#x/%#x | sq %u inflight %u bye %d/%d/%d | %s",
+		static_cast<int>(state_), resetting_ ? " resetting" : "",
+		static_cast<unsigned long long>(head_), static_cast<unsigned long long>(landed_),
+		static_cast<unsigned long long>(sent_), static_cast<unsigned long long>(peer_credit_),
+		static_cast<unsigned long long>(at), blocked_, want_sent_, fin_seen_, fin_posted_,
+		fin_done_, rxf, rxc, static_cast<unsigned long long>(tail_),
+		static_cast<unsigned long long>(published_), static_cast<unsigned long long>(txcons),
+		static_cast<unsigned long long>(prog_credit_),
+		static_cast<unsigned long long>(credit_posted_), peer_wants_, peer_fin_, shut_, txf,
+		txc, sq_used_, inflight_n_, bye_posted_, bye_done_, peer_bye_, what_);
 }
 
 // ---- the end ----------------------------------------------------------------
@@ -920,8 +962,10 @@ void Carrier::maybe_finish() noexcept
 	if (state_ == State::DONE || state_ == State::RESET)
 		return;
 	if (resetting_) {
-		// The reset told to the peer (or the queue pair broke).
-		if (qp_broken_ || !sq_used_ || state_ == State::NEW)
+		// Once the peer has our RESET (our queue drained), or sent its
+		// own (it ends without waiting for ours), or the queue pair
+		// broke.
+		if (qp_broken_ || !sq_used_ || peer_reset_ || state_ == State::NEW)
 			teardown();
 		return;
 	}
@@ -938,12 +982,13 @@ void Carrier::maybe_finish() noexcept
 		teardown();
 }
 
-void Carrier::fail(int why, bool tell_peer) noexcept
+void Carrier::fail(int why, bool tell_peer, const char *what) noexcept
 {
 	if (resetting_ || state_ == State::DONE || state_ == State::RESET)
 		return;
 	resetting_ = true;
 	err_ = why;
+	what_ = what;
 	close_socket(true);
 	if (tell_peer && state_ == State::RUNNING && !qp_broken_ && sq_room(1, 0))
 		post_write(K_RESET, 0, 0, 0, peer_.ring.data_addr, peer_.ring.data_rkey, imm::RESET);
@@ -951,7 +996,7 @@ void Carrier::fail(int why, bool tell_peer) noexcept
 
 void Carrier::reset(int why) noexcept
 {
-	fail(why, true);
+	fail(why, true, "reset by the daemon");
 	maybe_finish();
 }
 

@@ -171,6 +171,11 @@ public:
 
 	State state() const noexcept { return state_; }
 	int error() const noexcept { return err_; }
+	// Where it stands, in one line of text, for logs and sdctl: the
+	// positions, flags and queue.  Returns what snprintf() does.
+	int describe(char *buf, std::size_t len) const noexcept;
+	// Why, in words, for logs ("" while it was not reset).
+	const char *reason() const noexcept { return what_; }
 	const Counters &counters() const noexcept { return cnt_; }
 	std::uint32_t ring_size() const noexcept { return static_cast<std::uint32_t>(size_); }
 
@@ -218,7 +223,7 @@ private:
 	int hdr_check(std::uint64_t word, std::uint64_t pos, std::uint64_t *space,
 		      bool *pad) const noexcept;
 	void publish_head(std::uint64_t head) noexcept;
-	void fail(int why, bool tell_peer) noexcept;
+	void fail(int why, bool tell_peer, const char *what) noexcept;
 	void close_socket(bool abort) noexcept;
 	void maybe_finish() noexcept;
 	void teardown() noexcept;
@@ -233,6 +238,7 @@ private:
 	int fd_ = -1;
 	State state_ = State::NEW;
 	int err_ = 0;
+	const char *what_ = "";
 	Counters cnt_;
 
 	// The rings as mapped: RX is the program's send ring (we consume it),
@@ -270,7 +276,6 @@ private:
 	bool fin_seen_ = false;		// our program's stream ended at sent_
 	bool fin_posted_ = false;
 	bool fin_done_ = false;		// and the peer has it
-	bool reader_wait_ = false;	// we set READER_WAIT on the send ring
 
 	// Receiving (the peer's writes into our program's receive ring).
 	std::uint64_t tail_ = 0;	// records landed up to here
@@ -278,10 +283,10 @@ private:
 	std::uint64_t prog_credit_ = 0;	// our program consumed this far
 	std::uint64_t credit_posted_ = 0;	// the credit we gave the peer
 	bool peer_wants_ = false;	// the peer waits for credit
-	bool need_credit_ = false;	// we set NEED_CREDIT on the receive ring
 	bool peer_fin_ = false;		// the peer's stream ended at tail_
 	bool shut_ = false;		// we passed it on (shutdown(SHUT_WR))
 	bool peer_bye_ = false, bye_posted_ = false, bye_done_ = false;
+	bool peer_reset_ = false;	// the peer sent RESET
 
 	// The send queue.
 	std::array<Inflight, SQ_DEPTH> ring_ = {};

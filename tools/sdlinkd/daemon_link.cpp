@@ -528,7 +528,7 @@ void Daemon::finish(Link &l)
 	const unsigned long long n = l.id;
 	if (car.state() == sdlink::State::RESET) {
 		counters_.resets++;
-		debug("connect %llu: reset (%s)", n, std::strerror(-car.error()));
+		debug("connect %llu: reset (%s: %s)", n, std::strerror(-car.error()), car.reason());
 		if (!l.peer_told)
 			tell_reset(l.conn, l.id);
 	} else {
