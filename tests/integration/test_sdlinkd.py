@@ -797,3 +797,23 @@ def test_rdma_sdrun_fork_exec_exit_mid_stream(linked):
     assert p.returncode == 0, err
     s.close()
     assert da.stop() == 0 and db.stop() == 0
+
+
+def test_rdma_sigterm_resets_carried_connections(linked):
+    """SIGTERM: the daemon resets what it carries, tells the peer, and
+    exits 0; both programs see their connection end."""
+    _, da, db = linked
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    c.sendall(b"before")
+    assert recv_all(s, 6) == b"before"
+    assert da.stop() == 0
+    with pytest.raises(ConnectionResetError):
+        c.recv(1)
+    expect_end(s)
+    c.close()
+    s.close()
+    k = counters(da)
+    assert k["carried"] == 1 and k["resets"] == 1, k
+    db.expect("CLOSE RESET of 1")
+    assert db.stop() == 0

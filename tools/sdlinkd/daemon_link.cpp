@@ -526,7 +526,8 @@ void Daemon::finish(Link &l)
 	counters_.wakes += k.wakes;
 	counters_.syscalls += k.syscalls;
 	const unsigned long long n = l.id;
-	if (car.state() == sdlink::State::RESET) {
+	// Not DONE: reset, or being reset (at exit the queue does not drain).
+	if (car.state() != sdlink::State::DONE) {
 		counters_.resets++;
 		debug("connect %llu: reset (%s: %s)", n, std::strerror(-car.error()), car.reason());
 		if (!l.peer_told)
