@@ -817,3 +817,40 @@ def test_rdma_sigterm_resets_carried_connections(linked):
     assert k["carried"] == 1 and k["resets"] == 1, k
     db.expect("CLOSE RESET of 1")
     assert db.stop() == 0
+
+
+@pytest.mark.parametrize("where", ["here", "there"])
+def test_rdma_no_rdma_option(rdma, hosts, where):
+    """--no-rdma on either side: TCP, reason no_rdma, with an AF_SD
+    listener there that would have been carried."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    daemon(hosts, A, *(["--no-rdma"] if where == "here" else ["--rdma-device", RDEV[0]]))
+    daemon(hosts, B, *(["--no-rdma"] if where == "there" else ["--rdma-device", RDEV[1]]))
+    lst, port = sd_listener()
+    before = fallbacks()
+    c = client(port)        # TCP to B's AF_SD listener's port
+    c.close()
+    lst.close()
+    after = fallbacks()
+    moved = {k: after[k] - before[k] for k in after if after[k] != before[k]}
+    assert moved == decided("no_rdma"), moved
+
+
+def test_rdma_session_lost_resets_carried_connections(linked):
+    """The control session's path between the hosts goes down (the RDMA
+    path stays): the keepalive ends the session, and A's daemon resets
+    the connection it carried, which A's program sees as ECONNRESET."""
+    _, da, db = linked
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    c.sendall(b"up")
+    assert recv_all(s, 2) == b"up"
+    nsrun(B, "ip", "link", "set", "sdldv1", "down", check=True)
+    with pytest.raises(ConnectionResetError):
+        c.recv(1)           # the keepalive's bound, then the reset
+    da.expect("no answer to a ping")
+    c.close()
+    s.close()
+    assert da.stop() == 0
+    assert counters(da)["resets"] == 1
