@@ -326,3 +326,63 @@ def netns_pair(a, b, veth_a, veth_b, addr_a, addr_b):
           f"addr add {addr_a}/24 dev {veth_a}", f"link set {veth_a} up")
     batch(b, "link set lo up", f"addr add {addr_b}/24 dev {veth_b}",
           f"link set {veth_b} up")
+
+
+@contextlib.contextmanager
+def rxe_pair(veths, devs, addrs, tables):
+    """Two soft-RoCE devices devs on the two ends veths of a veth pair, in
+    the initial namespace (6.1's rxe works there only), with addresses
+    addrs, and policy routing (tables) that sends each end's packets to
+    the other's address out of its own end, so that every RDMA write
+    crosses the pair.  Everything is undone at the end."""
+    def sh(*cmd, check=True):
+        out = subprocess.run(list(cmd), capture_output=True, text=True)
+        if check and out.returncode:
+            raise AssertionError(f"{cmd} exited {out.returncode}: "
+                                 f"{out.stderr.strip()}")
+    for mod in ("veth", "rdma_rxe", "ib_uverbs"):
+        sh("modprobe", mod)
+    sh("ip", "link", "del", veths[0], check=False)
+    conf = pathlib.Path("/proc/sys/net/ipv4/conf")
+    saved = {}
+    rules = False
+    try:
+        sh("ip", "link", "add", veths[0], "type", "veth", "peer", "name",
+           veths[1])
+        for veth, addr in zip(veths, addrs):
+            sh("ip", "addr", "add", f"{addr}/32", "dev", veth)
+        for dev in ("all",) + tuple(veths):
+            for key, value in (("rp_filter", "0"), ("accept_local", "1")):
+                path = conf / dev / key
+                saved[path] = path.read_text().strip()
+                path.write_text(value)
+        for veth in veths:
+            sh("ip", "link", "set", veth, "up")
+        sh("ip", "route", "add", addrs[1], "dev", veths[0], "table",
+           str(tables[0]))
+        sh("ip", "route", "add", addrs[0], "dev", veths[1], "table",
+           str(tables[1]))
+        rules = True
+        sh("ip", "rule", "add", "pref", "10", "oif", veths[0], "lookup",
+           str(tables[0]))
+        sh("ip", "rule", "add", "pref", "11", "oif", veths[1], "lookup",
+           str(tables[1]))
+        # The local table after those two, so that each end's packets to
+        # the other's address go out on the wire.
+        sh("ip", "rule", "add", "pref", "100", "lookup", "local")
+        sh("ip", "rule", "del", "pref", "0")
+        for dev, veth in zip(devs, veths):
+            sh("rdma", "link", "add", dev, "type", "rxe", "netdev", veth)
+        yield
+    finally:
+        for dev in devs:
+            sh("rdma", "link", "delete", dev, check=False)
+        sh("ip", "link", "del", veths[0], check=False)
+        if rules:
+            sh("ip", "rule", "add", "pref", "0", "lookup", "local",
+               check=False)
+            for pref in ("100", "10", "11"):
+                sh("ip", "rule", "del", "pref", pref, check=False)
+        for path, value in saved.items():
+            if path.parent.name == "all":
+                path.write_text(value)

@@ -20,12 +20,11 @@ namespace): programs on plain system calls, daemon ends carried by a
 Carrier each; every wait in it is for an event of the other side, none for
 a time.  Each test checks what the two hosts report."""
 import json
-import pathlib
 import subprocess
 
 import pytest
 
-from conftest import netns_del, ns_sysctl, nsrun, prog
+from conftest import netns_del, ns_sysctl, nsrun, prog, rxe_pair
 
 A, B = "sdcar-a", "sdcar-b"
 VETH_A, VETH_B = "sdcv0", "sdcv1"
@@ -37,64 +36,18 @@ RING = 256 * 1024
 HANG = 900
 
 
-def sh(*cmd, check=True):
-    out = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check and out.returncode:
-        raise AssertionError(f"{cmd} exited {out.returncode}: {out.stderr.strip()}")
-    return out
-
-
-def sysctl_path(name):
-    return pathlib.Path("/proc/sys/net/ipv4/conf") / name
-
-
 @pytest.fixture(scope="module")
 def hosts():
-    for mod in ("veth", "rdma_rxe", "ib_uverbs"):
-        sh("modprobe", mod)
     netns_del(A, B)
-    sh("ip", "link", "del", VETH_A, check=False)
-    saved = {}
-    rules = False
-    try:
-        sh("ip", "link", "add", VETH_A, "type", "veth", "peer", "name", VETH_B)
-        sh("ip", "addr", "add", f"{ADDR_A}/32", "dev", VETH_A)
-        sh("ip", "addr", "add", f"{ADDR_B}/32", "dev", VETH_B)
-        for dev in ("all", VETH_A, VETH_B):
-            for key, value in (("rp_filter", "0"), ("accept_local", "1")):
-                path = sysctl_path(dev) / key
-                saved[path] = path.read_text().strip()
-                path.write_text(value)
-        sh("ip", "link", "set", VETH_A, "up")
-        sh("ip", "link", "set", VETH_B, "up")
-        sh("ip", "route", "add", ADDR_B, "dev", VETH_A, "table", str(TABLE_A))
-        sh("ip", "route", "add", ADDR_A, "dev", VETH_B, "table", str(TABLE_B))
-        rules = True
-        sh("ip", "rule", "add", "pref", "10", "oif", VETH_A, "lookup", str(TABLE_A))
-        sh("ip", "rule", "add", "pref", "11", "oif", VETH_B, "lookup", str(TABLE_B))
-        # The local table after those two, so that each end's packets to
-        # the other's address go out on the wire.
-        sh("ip", "rule", "add", "pref", "100", "lookup", "local")
-        sh("ip", "rule", "del", "pref", "0")
-        sh("rdma", "link", "add", DEV_A, "type", "rxe", "netdev", VETH_A)
-        sh("rdma", "link", "add", DEV_B, "type", "rxe", "netdev", VETH_B)
-        for n in (A, B):
-            sh("ip", "netns", "add", n)
-            nsrun(n, "ip", "link", "set", "lo", "up", check=True)
-        yield
-    finally:
-        netns_del(A, B)
-        for dev in (DEV_A, DEV_B):
-            sh("rdma", "link", "delete", dev, check=False)
-        sh("ip", "link", "del", VETH_A, check=False)
-        if rules:
-            sh("ip", "rule", "add", "pref", "0", "lookup", "local", check=False)
-            sh("ip", "rule", "del", "pref", "100", check=False)
-            sh("ip", "rule", "del", "pref", "10", check=False)
-            sh("ip", "rule", "del", "pref", "11", check=False)
-        for path, value in saved.items():
-            if path.parent.name in ("all",):
-                path.write_text(value)
+    with rxe_pair((VETH_A, VETH_B), (DEV_A, DEV_B), (ADDR_A, ADDR_B),
+                  (TABLE_A, TABLE_B)):
+        try:
+            for n in (A, B):
+                subprocess.run(["ip", "netns", "add", n], check=True)
+                nsrun(n, "ip", "link", "set", "lo", "up", check=True)
+            yield
+        finally:
+            netns_del(A, B)
 
 
 def carry(scenario, ring_a=RING, ring_b=RING):

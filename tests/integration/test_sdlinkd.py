@@ -24,7 +24,7 @@ import threading
 import pytest
 
 from conftest import AF_SD, TOP, in_netns, netns_del, netns_pair, nspopen, \
-    nsrun, ns_sysctl, sd_stats
+    nsrun, ns_sysctl, rxe_pair, sd_stats
 from sdgenl import Genl, attr, attr_u8, mapped, nest
 import sdgenl
 from sdsock import Family, sockname
@@ -444,54 +444,10 @@ SDRUN = TOP / "build" / "user" / "lib" / "shim" / "sdrun"
 MIB = 1024 * 1024
 
 
-def sh(*cmd, check=True):
-    out = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check and out.returncode:
-        raise AssertionError(f"{cmd} exited {out.returncode}: {out.stderr.strip()}")
-    return out
-
-
 @pytest.fixture(scope="module")
 def rdma():
-    for mod in ("veth", "rdma_rxe", "ib_uverbs"):
-        sh("modprobe", mod)
-    sh("ip", "link", "del", RVETH[0], check=False)
-    conf = pathlib.Path("/proc/sys/net/ipv4/conf")
-    saved = {}
-    rules = False
-    try:
-        sh("ip", "link", "add", RVETH[0], "type", "veth", "peer", "name", RVETH[1])
-        for veth, addr in zip(RVETH, RADDR):
-            sh("ip", "addr", "add", f"{addr}/32", "dev", veth)
-        for dev in ("all",) + RVETH:
-            for key, value in (("rp_filter", "0"), ("accept_local", "1")):
-                path = conf / dev / key
-                saved[path] = path.read_text().strip()
-                path.write_text(value)
-        for veth in RVETH:
-            sh("ip", "link", "set", veth, "up")
-        sh("ip", "route", "add", RADDR[1], "dev", RVETH[0], "table", str(RTABLE[0]))
-        sh("ip", "route", "add", RADDR[0], "dev", RVETH[1], "table", str(RTABLE[1]))
-        rules = True
-        sh("ip", "rule", "add", "pref", "10", "oif", RVETH[0], "lookup", str(RTABLE[0]))
-        sh("ip", "rule", "add", "pref", "11", "oif", RVETH[1], "lookup", str(RTABLE[1]))
-        sh("ip", "rule", "add", "pref", "100", "lookup", "local")
-        sh("ip", "rule", "del", "pref", "0")
-        for dev, veth in zip(RDEV, RVETH):
-            sh("rdma", "link", "add", dev, "type", "rxe", "netdev", veth)
+    with rxe_pair(RVETH, RDEV, RADDR, RTABLE):
         yield
-    finally:
-        for dev in RDEV:
-            sh("rdma", "link", "delete", dev, check=False)
-        sh("ip", "link", "del", RVETH[0], check=False)
-        if rules:
-            sh("ip", "rule", "add", "pref", "0", "lookup", "local", check=False)
-            sh("ip", "rule", "del", "pref", "100", check=False)
-            sh("ip", "rule", "del", "pref", "10", check=False)
-            sh("ip", "rule", "del", "pref", "11", check=False)
-        for path, value in saved.items():
-            if path.parent.name == "all":
-                path.write_text(value)
 
 
 @pytest.fixture
