@@ -14,13 +14,8 @@
  *   sd_conn.lock           the two endpoints' sk_shutdown and sk_err and
  *                          conn->end[] (spinlock)
  *
- * Apart from these, the rendezvous with other hosts (sd_remote.c):
- * sd_net.rdv_lock (mutex: the listener) and sd_net.peers_lock (spinlock:
- * peer cache and jobs; taken under lock_sock of a connecting socket,
- * nothing taken under it); and an RDMA connection's link: its send_lock
- * (mutex; taken under lock_sock, and around sd_net.bind_lock and
- * sd_group.lock when the monitor queues a remote client) and its lock
- * (spinlock; nothing taken under it but an eventfd's).
+ * Apart from these, sd_link.c's sd_net.link_lock and sd_net.key_lock
+ * (spinlocks; nothing is taken under either).
  *
  * A connection (struct sd_conn) joins two endpoints and owns the two rings.
  * Each endpoint holds one reference on it.  conn->end[] is published with
@@ -50,7 +45,6 @@
 #endif
 
 struct sd_group;
-struct sd_link;
 
 /*
  * Pages handed over by zero-copy sends on one ring, in record order
@@ -143,41 +137,6 @@ struct sd_conn {
 	bool			gone[2];
 	bool			reset;
 	/*
-	 * An RDMA connection: one end is on another host, and the link to
-	 * its monitor stands in for it (sd_remote.c); set before the
-	 * connection is published, never changed.  NULL: both ends here.
-	 */
-	struct sd_link		*link;
-	/*
-	 * The bridge's descriptor of an RDMA connection (sd_bridge.c):
-	 * bridged once it was made, bridge_gone once it was closed.  A
-	 * bridge that left (SD_IOC_RDMA_LEAVE) sets left and moved_at;
-	 * when it goes, bridged is cleared, and the next bridge clears
-	 * left.  Under lock.
-	 */
-	bool			bridged;
-	bool			bridge_gone;
-	bool			left;
-	bool			moved;		/* moved_at is set */
-	struct sd_rdma_move	moved_at;
-	/* What the bridge that left stashed, for its successor (kvmalloc). */
-	void			*stash;
-	u32			stash_len;
-	/*
-	 * A process was refused a bridge (EBUSY) while one was there, last
-	 * at wanted_at (jiffies): it would take the connection up.  The
-	 * next bridge clears it.  Under lock.
-	 */
-	bool			wanted;
-	unsigned long		wanted_at;
-	/*
-	 * A bridge that left for its process's next image (SD_RDMA_LEAVE_EXEC)
-	 * keeps the connection for that process (a reference to its thread
-	 * group's pid) while it lives: another process's bridge is refused.
-	 * The next bridge drops it.  Under lock.
-	 */
-	struct pid		*heir;
-	/*
 	 * Carried by the link daemon (sd_link.c): made through its listener
 	 * (sd_connect_via()), the waiting connect's id, or queued by its
 	 * SD_LINK_CMD_INCOMING, that command's id, which the daemon reads
@@ -205,14 +164,12 @@ struct sd_sock {
 	bool			nodelay;	/* TCP_NODELAY, stored only */
 	bool			recvmsg_inq;	/* TCP_INQ: recvmsg() tells */
 	/*
-	 * An RDMA connect's rendezvous is on its way (sd_connect_begin():
-	 * in sd_connect_work(), or in a blocking connect; either lets the
-	 * socket lock go while it waits for the other monitor); written
-	 * under the socket lock.
+	 * A non-blocking connect to another host waits in the background
+	 * for the link daemon's verdict (sd_connect_begin()); written under
+	 * the socket lock.
 	 */
-	bool			rdma_async;
+	bool			connect_bg;
 	bool			v6only;		/* bound :: takes no IPv4 */
-	bool			rdma_offer;	/* SD_RDMA_OFFER */
 	/*
 	 * A local connect waits for backlog room with the socket lock let
 	 * go (sd_conn_establish()): the socket stays TCP_SYN_SENT and
@@ -224,8 +181,6 @@ struct sd_sock {
 	bool			connect_waits;
 	bool			connect_abort;
 	u8			side;		/* index in conn->end[] */
-	/* SD_RDMA_LOCAL before connect (socket lock); freed with it. */
-	struct sd_rdma_half	*rdma_half;
 
 	struct sd_addr		local;
 	struct sd_addr		peer;
@@ -399,28 +354,8 @@ struct sd_net {
 	int			default_policy;	/* SD_ACTION_ALLOW or _DENY */
 	int			redirect;
 	int			zerocopy_threshold;	/* bytes; 0: off */
-	int			rdv_port;	/* rendezvous port; 0: off */
-	int			rdv_timeout_ms;	/* bound of one rendezvous */
-	int			peer_cache_secs;	/* 0: no cache */
+	int			rdv_timeout_ms;	/* bound of a daemon's verdict */
 	struct ctl_table_header	*sysctl_hdr;
-
-	/*
-	 * Rendezvous with the monitors of other hosts (sd_remote.c).  The
-	 * listener and rdv_port change under rdv_lock; jobs and peers
-	 * under peers_lock.
-	 */
-	possible_net_t		net;
-	struct mutex		rdv_lock;	/* rdv_sock, rdv_port */
-	struct socket		*rdv_sock;	/* listening, or NULL */
-	/* TCP's own sk_data_ready, the same for every TCP socket. */
-	void			(*rdv_data_ready)(struct sock *sk);
-	struct work_struct	rdv_accept_work;
-	spinlock_t		peers_lock;	/* peers, rdv_jobs */
-	struct list_head	peers;		/* struct sd_peer, newest first */
-	unsigned int		nr_peers;
-	struct list_head	rdv_jobs;	/* struct sd_rdv_job */
-	unsigned int		nr_rdv_jobs;
-	bool			rdv_dying;	/* no new jobs: netns exit */
 
 	/* The link daemon (sd_link.c): all under link_lock. */
 	spinlock_t		link_lock;
@@ -428,7 +363,7 @@ struct sd_net {
 	u64			link_next_id;
 	struct list_head	link_waits;	/* struct sd_link_wait */
 
-	/* The fabric key (sd_auth.c), never shown: key_fpr stands for it. */
+	/* The fabric key (sd_link.c), never shown: key_fpr stands for it. */
 	spinlock_t		key_lock;	/* key, key_len, key_fpr */
 	u8			key[SD_KEY_MAX_LEN];
 	u8			key_len;	/* 0: no key */
@@ -497,12 +432,6 @@ void sd_conn_shutdown(struct sock *sk, int how);
 void sd_conn_peer_gone(struct sock *sk);
 void sd_conn_corrupt(struct sock *sk);
 void sd_wake_peer(struct sock *sk, bool data);
-int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
-			 const struct sd_addr *cli, kuid_t uid, kgid_t gid,
-			 struct sd_link *link, const struct sd_rdma_half *half);
-void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset);
-void sd_conn_remote_fin(struct sock *sk);
-void sd_conn_bridge_fail(struct sd_conn *conn, u8 side);
 
 /* sd_data.c: send, receive, poll, ioctl, options */
 int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len);
@@ -563,6 +492,7 @@ void sd_current_ids(kuid_t *uid, kgid_t *gid);
 int sd_link_init(void);
 void sd_link_exit(void);
 void sd_link_net_init(struct sd_net *sn);
+void sd_link_net_exit(struct sd_net *sn);
 bool sd_link_serves(struct net *net);
 /*
  * A connect's wait for the link daemon's verdict, on the connecting
@@ -594,67 +524,9 @@ int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
 			  const struct sd_addr *cli, kuid_t uid, kgid_t gid,
 			  u32 tx_size, u32 rx_size, u64 id);
 
-/* sd_auth.c: the fabric key, and the sessions of the rendezvous */
-#define SD_RDV_NONCE_LEN	16
-#define SD_RDV_TAG_LEN		32	/* HMAC-SHA256 */
-
-struct crypto_shash;
-
-struct sd_rdv_auth {
-	struct crypto_shash	*tfm;	/* hmac(sha256), the session key */
-	u64			tx_seq;	/* of the next message sent */
-	u64			rx_seq;	/* of the next message received */
-	bool			client;	/* the connecting side */
-};
-
-int sd_rdv_auth_init(struct sd_rdv_auth *a, struct sd_net *sn, bool client,
-		     const u8 *nonce_c, const u8 *nonce_s);
-void sd_rdv_auth_free(struct sd_rdv_auth *a);
-void sd_rdv_auth_move(struct sd_rdv_auth *to, struct sd_rdv_auth *from);
-int sd_rdv_seal(struct sd_rdv_auth *a, void *msg, size_t len);
-bool sd_rdv_check(struct sd_rdv_auth *a, const void *msg, size_t len);
 int sd_key_set(struct sd_net *sn, const u8 *key, unsigned int len);
 int sd_key_del(struct sd_net *sn);
 bool sd_key_get_fpr(struct sd_net *sn, u8 fpr[SD_KEY_FPR_LEN]);
-bool sd_key_present(struct sd_net *sn);
-unsigned int sd_key_copy(struct sd_net *sn, u8 *buf);
-void sd_auth_net_init(struct sd_net *sn);
-void sd_auth_net_exit(struct sd_net *sn);
-
-/* sd_remote.c: rendezvous with other hosts' monitors */
-void sd_remote_key_changed(struct sd_net *sn);
-int sd_remote_init(void);
-void sd_remote_exit(void);
-void sd_remote_net_init(struct net *net, struct sd_net *sn);
-void sd_remote_net_exit(struct sd_net *sn);
-int sd_remote_set_port(struct sd_net *sn, int port);
-void sd_remote_queue(struct work_struct *work);
-int sd_remote_ask(struct net *net, const struct sd_addr *dst, bool nonblock,
-		  u8 *reason);
-struct sd_link *sd_link_dial(struct net *net, const struct sd_addr *dst,
-			     struct in6_addr *local, u8 *reason);
-int sd_link_request(struct sd_link *link, struct sd_conn *conn,
-		    const struct sd_addr *dst, __be16 sport, kuid_t uid,
-		    kgid_t gid, const struct sd_rdma_half *half, u8 *reason);
-void sd_link_attach(struct sd_link *link, struct sd_conn *conn, u8 side,
-		    const struct sd_rdma_half *half);
-void sd_link_detach(struct sd_link *link, struct sd_conn *conn);
-void sd_link_go(struct sd_link *link);
-void sd_link_put(struct sd_link *link);
-void sd_link_close(struct sd_link *link, bool clean);
-void sd_link_fail(struct sd_link *link);
-int sd_link_leave(struct sd_link *link, const struct sd_rdma_move *at);
-int sd_link_move(struct sd_link *link, const struct sd_rdma_half *half);
-int sd_link_moved(struct sd_link *link, struct sd_rdma_moved *out);
-void sd_link_kick(struct sd_link *link);
-int sd_link_set_local(struct sd_link *link, const struct sd_rdma_half *half);
-int sd_link_get_peer(struct sd_link *link, struct sd_rdma_half *half,
-		     long timeo);
-int sd_link_set_eventfd(struct sd_link *link, int fd);
-
-/* sd_bridge.c: the bridge's descriptor of an RDMA connection */
-int sd_bridge_open(struct sock *sk);
-int sd_rdma_op(struct sock *sk, struct sd_link *link, u32 op);
 
 /* sd_netlink.c */
 int sd_netlink_init(void);

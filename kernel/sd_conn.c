@@ -1002,10 +1002,6 @@ void sd_conn_put(struct sd_conn *conn)
 {
 	if (!refcount_dec_and_test(&conn->ref))
 		return;
-	if (conn->link)
-		sd_link_put(conn->link);
-	put_pid(conn->heir);
-	kvfree(conn->stash);
 	sd_ring_free(&conn->ring[0]);
 	sd_ring_free(&conn->ring[1]);
 	kfree(conn);
@@ -1013,16 +1009,16 @@ void sd_conn_put(struct sd_conn *conn)
 
 /*
  * Ring size from SO_SNDBUF/SO_RCVBUF when the user set one on @sk, else
- * the sysctl (@sk NULL: the monitor builds the connection).
+ * the sysctl.
  */
 static u32 sd_ring_size(struct net *net, struct sock *sk, bool tx)
 {
 	int def = READ_ONCE(sd_net(net)->ring_size);
 	int want = def;
 
-	if (sk && tx && (sk->sk_userlocks & SOCK_SNDBUF_LOCK))
+	if (tx && (sk->sk_userlocks & SOCK_SNDBUF_LOCK))
 		want = READ_ONCE(sk->sk_sndbuf) / 2;
-	else if (sk && !tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
+	else if (!tx && (sk->sk_userlocks & SOCK_RCVBUF_LOCK))
 		want = READ_ONCE(sk->sk_rcvbuf) / 2;
 	want = clamp_t(int, want, SD_RING_MIN_SIZE,
 		       max(def, READ_ONCE(sd_net(net)->ring_size_max)));
@@ -1030,9 +1026,9 @@ static u32 sd_ring_size(struct net *net, struct sock *sk, bool tx)
 }
 
 /*
- * A new connection whose end 0 is @sk (NULL: the monitor builds it):
- * rings sized from @sk and the sysctls, or @size0 and @size1 (bytes of
- * the data area of the ring end 0 produces, and of the other) when not 0.
+ * A new connection whose end 0 is @sk: rings sized from @sk and the
+ * sysctls, or @size0 and @size1 (bytes of the data area of the ring end 0
+ * produces, and of the other) when not 0.
  */
 static struct sd_conn *sd_conn_alloc_sized(struct net *net, struct sock *sk,
 					   u32 size0, u32 size1)
@@ -1064,11 +1060,6 @@ err_free:
 	return NULL;
 }
 
-static struct sd_conn *sd_conn_alloc(struct net *net, struct sock *sk)
-{
-	return sd_conn_alloc_sized(net, sk, 0, 0);
-}
-
 /* Settings an accepted socket takes from its listener, as in TCP. */
 static void sd_child_inherit(struct sock *child, const struct sock *lsk)
 {
@@ -1084,23 +1075,19 @@ static void sd_child_inherit(struct sock *child, const struct sock *lsk)
 	child->sk_userlocks = lsk->sk_userlocks;
 	sd_sk(child)->nodelay = sd_sk(lsk)->nodelay;
 	sd_sk(child)->recvmsg_inq = sd_sk(lsk)->recvmsg_inq;
-	sd_sk(child)->rdma_offer = sd_sk(lsk)->rdma_offer;
 }
 
 /*
- * Whether the listeners of @g take @cli, who dialled @dialled: with @rdma,
- * only if they offer RDMA (-EOPNOTSUPP, and no rule is asked: the client
- * goes TCP); then the accept rules (-ECONNREFUSED), which speak for the
- * listener (its owner, its address, the one dialled when it listens on a
- * wildcard), the client as remote.  Sets *@srv to that address.
+ * Whether the listeners of @g take @cli, who dialled @dialled: the accept
+ * rules (-ECONNREFUSED), which speak for the listener (its owner, its
+ * address, the one dialled when it listens on a wildcard), the client as
+ * remote.  Sets *@srv to that address.
  */
 static int sd_accept_allowed(struct net *net, struct sd_group *g,
 			     const struct sd_addr *dialled,
-			     const struct sd_addr *cli, bool rdma,
-			     struct sd_addr *srv)
+			     const struct sd_addr *cli, struct sd_addr *srv)
 {
 	kgid_t gid = GLOBAL_ROOT_GID;
-	bool offer = false;
 
 	srv->addr = sd_addr_any(&g->addr.addr) ? dialled->addr : g->addr.addr;
 	srv->port = g->addr.port;
@@ -1110,11 +1097,8 @@ static int sd_accept_allowed(struct net *net, struct sd_group *g,
 						     struct sd_sock, group_node);
 
 		gid = m->gid;
-		offer = m->rdma_offer;
 	}
 	spin_unlock(&g->lock);
-	if (rdma && !offer)
-		return -EOPNOTSUPP;
 	if (sd_policy_allows(net, SD_DIR_ACCEPT, g->uid, gid, srv, cli))
 		return 0;
 	sd_stat_inc(net, SD_STAT_DENIED_ACCEPT);
@@ -1211,7 +1195,7 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	struct sd_addr srv;
 	int err;
 
-	err = sd_accept_allowed(net, g, dst, &ss->local, false, &srv);
+	err = sd_accept_allowed(net, g, dst, &ss->local, &srv);
 	if (err)
 		return err;
 
@@ -1293,190 +1277,11 @@ static int sd_conn_establish(struct sock *sk, struct sd_group *g,
 	return err;
 }
 
-/**
- * sd_conn_remote_child - queue a client of another host at a listener
- * @net: this netns
- * @srv: the address and port the client dialled
- * @cli: the client's
- * @uid: the client's task, as the authenticated request says
- * @gid: likewise
- * @link: the link to the client's monitor, which stands for the client
- * @half: the client's half of the queue pair
- *
- * For the monitor, answering an RDMA request (sd_remote.c), with the
- * link's send_lock held.  This host's connect rules see the remote task
- * (@uid, @gid; local the client's address, remote @srv), as its own
- * host's did, then the accept rules the listener.  Returns 0 when
- * queued, -ENOENT (no AF_SD listener there), -EOPNOTSUPP (the listener
- * offers no RDMA, or a tcp connect rule), -ECONNREFUSED (a connect or
- * accept rule), -EAGAIN (its backlog is full) or -ENOMEM.
- */
-int sd_conn_remote_child(struct net *net, const struct sd_addr *srv,
-			 const struct sd_addr *cli, kuid_t uid, kgid_t gid,
-			 struct sd_link *link, const struct sd_rdma_half *half)
-{
-	struct sd_conn *conn;
-	struct sd_group *g;
-	struct sock *child;
-	struct sd_addr a;
-	int err;
-
-	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, cli, srv)) {
-	case SD_ACTION_ALLOW:
-		break;
-	case SD_ACTION_TCP:
-		return -EOPNOTSUPP;
-	default:
-		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
-		return -ECONNREFUSED;
-	}
-	g = sd_group_lookup(sd_net(net), srv);
-	if (!g)
-		return -ENOENT;
-	err = sd_accept_allowed(net, g, srv, cli, true, &a);
-	if (err)
-		goto out;
-
-	err = -ENOMEM;
-	conn = sd_conn_alloc(net, NULL);
-	if (!conn)
-		goto out;
-	child = sd_child_new(net, g, conn, &a, cli);
-	if (!child) {
-		sd_conn_put(conn);
-		goto out;
-	}
-	sd_link_attach(link, conn, 1, half);
-	err = sd_group_enqueue(g, child);
-	if (!err) {
-		sd_link_go(link);
-		sd_stat_inc(net, SD_STAT_RDMA_QUEUED);
-		/* The child holds its own reference; no local client does. */
-		sd_conn_put(conn);
-		goto out;
-	}
-	if (err == -EAGAIN)
-		sd_stat_inc(net, SD_STAT_BACKLOG_FULL);
-	else
-		err = -ENOENT;	/* the last listener went meanwhile */
-	sd_link_detach(link, conn);
-	sd_child_unmake(child, conn);
-out:
-	sd_group_put(g);
-	return err;
-}
-
-/*
- * A redirected socket with an RDMA half connects to another host: ask
- * that host's monitor for an RDMA connection, with the connect rules
- * applied to @uid and @gid (the caller of connect).  @conn is the
- * connection to make, or NULL to make one here; it is consumed either
- * way.  Returns 0 when connected, 1 when the connection is to be TCP
- * (*@reason), or -errno.  Called with @sk locked.  The two waits for the
- * other monitor (its dial and its answer, each bounded by
- * net.sd.rendezvous_timeout_ms) let the lock go when @bg (in
- * sd_connect_work(), and in a process's blocking connect): the socket's
- * rdma_async then keeps other connects, sends and receives off it,
- * shutdown waits for the end, SD_RDMA_LOCAL finds a half in place
- * (EALREADY), and bind and listen find it bound or connecting, while its
- * other calls go on.
- */
-static int sd_connect_rdma(struct sock *sk, const struct sd_addr *dst,
-			   kuid_t uid, kgid_t gid, struct sd_conn *conn,
-			   bool bg, u8 *reason)
-{
-	struct sd_sock *ss = sd_sk(sk);
-	struct net *net = sock_net(sk);
-	bool autobound = false;
-	struct sd_link *link;
-	struct sd_addr local;
-	int err;
-
-	if (bg)
-		release_sock(sk);
-	link = sd_link_dial(net, dst, &local.addr, reason);
-	if (bg)
-		lock_sock(sk);
-	if (IS_ERR(link)) {
-		err = PTR_ERR(link);
-		goto out_conn;
-	}
-	if (!link) {
-		err = 1;
-		goto out_conn;
-	}
-
-	if (!ss->bound) {
-		err = sd_autobind(sk, ss->redirected, &local, true);
-		if (err)
-			goto out_link;
-		autobound = true;
-	} else if (sd_addr_any(&ss->local.addr)) {
-		ss->local.addr = local.addr;
-	}
-
-	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, &ss->local,
-				  dst)) {
-	case SD_ACTION_ALLOW:
-		break;
-	case SD_ACTION_TCP:
-		*reason = SD_FALLBACK_POLICY;
-		err = 1;
-		goto out_unbind;
-	default:
-		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
-		err = -EACCES;
-		goto out_unbind;
-	}
-
-	err = -ENOMEM;
-	if (!conn)
-		conn = sd_conn_alloc(net, sk);
-	if (!conn)
-		goto out_unbind;
-	ss->peer = *dst;
-	ss->side = 0;
-	rcu_assign_pointer(conn->end[0], sk);
-	/* Before the link may reset it. */
-	sd_set_state(sk, TCP_ESTABLISHED);
-	/*
-	 * Unlocked (@bg), the half stays: SD_RDMA_LOCAL does not replace
-	 * one, and only this job frees it.
-	 */
-	if (bg)
-		release_sock(sk);
-	err = sd_link_request(link, conn, dst, ss->local.port, uid, gid,
-			      ss->rdma_half, reason);
-	if (bg)
-		lock_sock(sk);
-	if (err) {
-		sd_set_state(sk, TCP_CLOSE);
-		RCU_INIT_POINTER(conn->end[0], NULL);
-		goto out_unbind;
-	}
-	sd_link_put(link);
-	/* Lockless readers (mmap) load it with acquire. */
-	smp_store_release(&ss->conn, conn);
-	sd_stat_inc(net, SD_STAT_RDMA_CONNECTS);
-	return 0;
-
-out_unbind:
-	if (autobound)
-		sd_autounbind(sk);
-out_link:
-	sd_link_put(link);
-out_conn:
-	if (conn)
-		sd_conn_put(conn);
-	return err;
-}
-
-/* A non-blocking RDMA connect's rendezvous, in the background. */
+/* A non-blocking connect to another host, in the background. */
 struct sd_connect_job {
 	struct work_struct	work;
 	struct file		*file;		/* held: the socket's */
 	struct sock		*sk;
-	struct sd_conn		*conn;		/* made by the caller */
 	struct sd_link_wait	lw;		/* the link daemon's verdict */
 	u8			undo;		/* sd_link_bind()'s */
 	struct sd_addr		dst;
@@ -1508,72 +1313,28 @@ static void sd_connect_failed(struct sock *sk, int err)
 static void sd_connect_done(struct sd_sock *ss)
 {
 	/* The state, connection and error before the flag. */
-	smp_store_release(&ss->rdma_async, false);
+	smp_store_release(&ss->connect_bg, false);
 }
 
 /*
- * An RDMA connect's rendezvous starts, in the call or in the background:
- * the socket is connecting, with rdma_async keeping the other calls off
- * it while sd_connect_rdma() lets the lock go.  Called with @sk locked.
+ * A background connect starts: the socket is connecting, with connect_bg
+ * keeping the other calls off it until its end (sd_connect_bg_end()):
+ * poll says nothing until then, and sends, receives and shutdown wait
+ * for it (EAGAIN when non-blocking); bind and listen find it bound or
+ * connecting.  Called with @sk locked.
  */
 static void sd_connect_begin(struct sock *sk)
 {
-	WRITE_ONCE(sd_sk(sk)->rdma_async, true);
+	WRITE_ONCE(sd_sk(sk)->connect_bg, true);
 	sd_set_state(sk, TCP_SYN_SENT);
 	sk->sk_socket->state = SS_CONNECTING;
 }
 
 /*
- * ...and a blocking one ends, @connected or not; the calls that waited go
- * on (sd_connect_work() ends its own).
- */
-static void sd_connect_end(struct sock *sk, bool connected)
-{
-	if (!connected) {
-		if (sk->sk_state == TCP_SYN_SENT)
-			sd_set_state(sk, TCP_CLOSE);
-		sk->sk_socket->state = SS_UNCONNECTED;
-	}
-	sd_connect_done(sd_sk(sk));
-	sd_wake(sk);
-}
-
-/*
- * sd_rdv_wq: what a blocking connect does in the call (sd_connect()), for
- * a non-blocking one, with the socket unlocked while it waits for the
- * other monitor (sd_connect_rdma()); poll says nothing until the end,
- * and sends, receives and shutdown wait for it (EAGAIN when
- * non-blocking).  Then: connected (poll finds it writable, the next
- * connect returns 0), refused or failed (SO_ERROR), or TCP, whose own
- * non-blocking connect goes on from here.
- */
-static void sd_connect_bg_end(struct sd_connect_job *job, int err,
-			      u8 reason);
-
-static void sd_connect_work(struct work_struct *work)
-{
-	struct sd_connect_job *job = container_of(work, struct sd_connect_job,
-						  work);
-	struct sock *sk = job->sk;
-	struct sd_sock *ss = sd_sk(sk);
-	u8 reason = SD_FALLBACK_REMOTE;
-	int err;
-
-	lock_sock(sk);
-	err = sd_connect_rdma(sk, &job->dst, job->uid, job->gid, job->conn,
-			      true, &reason);
-	/* As in sd_connect(): the half went with this attempt only. */
-	if (err) {
-		kfree(ss->rdma_half);
-		ss->rdma_half = NULL;
-	}
-	sd_connect_bg_end(job, err, reason);
-}
-
-/*
- * The end of a background connect, with @sk locked: @err 0 connected,
- * 1 over TCP for @reason, or the error for SO_ERROR.  Unlocks, wakes, and
- * frees @job.
+ * The end of a background connect, with @sk locked: @err 0 connected
+ * (poll finds it writable, the next connect returns 0), 1 over TCP for
+ * @reason (whose own non-blocking connect goes on from here), or the
+ * error for SO_ERROR.  Unlocks, wakes, and frees @job.
  */
 static void sd_connect_bg_end(struct sd_connect_job *job, int err,
 			      u8 reason)
@@ -1643,31 +1404,6 @@ static void sd_connect_job_init(struct sd_connect_job *job, struct sock *sk,
 	job->file = get_file(sk->sk_socket->file);
 	job->sk = sk;
 	INIT_WORK(&job->work, fn);
-}
-
-/*
- * A non-blocking connect of a socket that offers RDMA: the rendezvous goes
- * on in the background (sd_connect_work()) and connect says EINPROGRESS at
- * once.  The connection's rings are made here, charged to the caller.
- * Called with @sk locked.
- */
-static int sd_connect_rdma_async(struct sock *sk, struct sockaddr *uaddr,
-				 int addr_len, const struct sd_addr *dst)
-{
-	struct sd_connect_job *job;
-
-	job = kzalloc(sizeof(*job), GFP_KERNEL_ACCOUNT);
-	if (!job)
-		return -ENOMEM;
-	job->conn = sd_conn_alloc(sock_net(sk), sk);
-	if (!job->conn) {
-		kfree(job);
-		return -ENOMEM;
-	}
-	sd_connect_job_init(job, sk, uaddr, addr_len, dst, sd_connect_work);
-	sd_connect_begin(sk);
-	sd_remote_queue(&job->work);
-	return -EINPROGRESS;
 }
 
 /*
@@ -1840,7 +1576,7 @@ int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
 		goto out;
 	err = -EINVAL;
 	if (ss->bound || ss->redirected || ss->group || sd_tcp_sock(sk) ||
-	    READ_ONCE(ss->rdma_async) || ss->rdma_half ||
+	    READ_ONCE(ss->connect_bg) ||
 	    sd_addr_any(&cli->addr) || sd_addr_any(&srv->addr))
 		goto out;
 
@@ -1872,7 +1608,7 @@ int sd_conn_link_incoming(struct sock *sk, const struct sd_addr *srv,
 	 * Asked here too, so that a refusal says EACCES: later, in
 	 * sd_conn_establish(), ECONNREFUSED means the listener went.
 	 */
-	err = sd_accept_allowed(net, g, srv, cli, false, &a);
+	err = sd_accept_allowed(net, g, srv, cli, &a);
 	if (err) {
 		err = -EACCES;
 		goto put;
@@ -2038,9 +1774,8 @@ static void sd_connect_link_work(struct work_struct *work)
 /*
  * A redirected non-blocking connect to another host, in a namespace
  * whose link daemon serves it: EINPROGRESS, and the daemon's verdict (or
- * the rendezvous's bound running out) ends it in the background, as for
- * sd_connect_rdma_async().  1 when no daemon serves the namespace after
- * all.  Called with @sk locked.
+ * the rendezvous's bound running out) ends it in the background.  1 when
+ * no daemon serves the namespace after all.  Called with @sk locked.
  */
 static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 				 int addr_len, const struct sd_addr *dst)
@@ -2108,7 +1843,7 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	struct net *net = sock_net(sk);
 	struct socket *tcp = sd_tcp_sock(sk);
 	bool nonblock = flags & O_NONBLOCK;
-	bool autobound = false, bg;
+	bool autobound = false;
 	u8 reason = SD_FALLBACK_NONE;
 	struct sd_group *g;
 	kuid_t uid;
@@ -2120,8 +1855,8 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 
 	if (tcp)
 		return tcp->ops->connect(tcp, uaddr, addr_len, flags);
-	/* Its rendezvous holds the lock (sd_connect_work()). */
-	if (READ_ONCE(ss->rdma_async))
+	/* Its end is the background job's (sd_connect_link_work()). */
+	if (READ_ONCE(ss->connect_bg))
 		return -EALREADY;
 	lock_sock(sk);
 	/*
@@ -2142,10 +1877,10 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	case SS_CONNECTING:
 		/*
 		 * A connect of another thread is in progress (waiting for
-		 * backlog room, or a rendezvous), or a non-blocking connect
-		 * was told EINPROGRESS: report.
+		 * backlog room, or the daemon's verdict), or a non-blocking
+		 * connect was told EINPROGRESS: report.
 		 */
-		if (ss->rdma_async) {
+		if (ss->connect_bg) {
 			err = -EALREADY;
 			goto out;
 		}
@@ -2186,48 +1921,11 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	if (!sd_addr_local(net, &dst.addr)) {
 		/*
 		 * Another host.  Only a redirected socket has a TCP path to
-		 * fall back on; its monitor asks that host's (sd_remote.c).
+		 * fall back on; the link daemon, if one serves the
+		 * namespace, decides which (sd_link.c).
 		 */
 		reason = SD_FALLBACK_REMOTE;
-		if (ss->redirected && ss->rdma_half) {
-			/* Its process offers RDMA (libsd's bridge). */
-			ss->family = family;
-			if (nonblock && sock->file) {
-				err = sd_connect_rdma_async(sk, uaddr, addr_len,
-							    &dst);
-				goto out;
-			}
-			sd_current_ids(&uid, &gid);
-			/*
-			 * The caller holds the file, and waits: the socket
-			 * is connecting meanwhile, as in the background
-			 * (sd_connect_rdma_async()), and its other calls go
-			 * on.  A kernel socket keeps the lock.
-			 */
-			bg = !nonblock && sock->file;
-			if (bg)
-				sd_connect_begin(sk);
-			err = sd_connect_rdma(sk, &dst, uid, gid, NULL, bg,
-					      &reason);
-			if (bg)
-				sd_connect_end(sk, !err);
-			if (!err) {
-				sd_stat_inc(net, SD_STAT_CONNECTS);
-				goto connected;
-			}
-			/*
-			 * The half went with this attempt only: another one
-			 * brings its own (libsd's queue pair for this one may
-			 * be gone).
-			 */
-			kfree(ss->rdma_half);
-			ss->rdma_half = NULL;
-			if (err == -ECONNREFUSED)
-				reason = SD_FALLBACK_NONE;
-			else if (err < 0)
-				goto out;
-			err = -ECONNREFUSED;
-		} else if (ss->redirected && sd_link_serves(net)) {
+		if (ss->redirected && sd_link_serves(net)) {
 			ss->family = family;
 			if (nonblock && sock->file) {
 				err = sd_connect_link_async(sk, uaddr, addr_len,
@@ -2247,11 +1945,6 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 				goto out;
 			if (err < 0)
 				reason = SD_FALLBACK_NONE;
-			err = -ECONNREFUSED;
-		} else if (ss->redirected) {
-			err = sd_remote_ask(net, &dst, nonblock, &reason);
-			if (err)
-				goto out;
 			err = -ECONNREFUSED;
 		}
 		goto refused;
@@ -2366,11 +2059,6 @@ void sd_wake_peer(struct sock *sk, bool data)
 	struct sd_sock *ss = sd_sk(sk);
 	struct sock *peer;
 
-	/* The remote end's bridge waits on its eventfd. */
-	if (ss->conn->link) {
-		sd_link_kick(ss->conn->link);
-		return;
-	}
 	rcu_read_lock();
 	peer = rcu_dereference(ss->conn->end[!ss->side]);
 	if (peer) {
@@ -2396,8 +2084,8 @@ static void sd_conn_leave(struct sd_conn *conn, u8 side, struct sock *peer,
 	/*
 	 * RESET before FIN in the same flags word: a reader that sees the
 	 * FIN sees the reset too (one location's stores are seen in order),
-	 * so a bridge reading the send ring meanwhile never carries a reset
-	 * to the other host as a clean end of stream.
+	 * so the link daemon reading the send ring meanwhile never carries a
+	 * reset to the other host as a clean end of stream.
 	 */
 	if (reset) {
 		WRITE_ONCE(conn->reset, true);
@@ -2430,25 +2118,19 @@ static void sd_conn_leave(struct sd_conn *conn, u8 side, struct sock *peer,
  * the socket until release, so lockless readers never see it go).  A reset
  * (close with unread data, or SO_LINGER 0) gives the peer ECONNRESET, or
  * EPIPE if it had seen the end of stream already, as TCP's RST does; a
- * plain close gives it end of stream after the data in flight.  The peer
- * of an RDMA connection learns it from this host's monitor; there a plain
- * close whose data its bridge did not carry all the way is a reset.
- * Called with @sk locked.
+ * plain close gives it end of stream after the data in flight.  Called
+ * with @sk locked.
  */
 void sd_conn_close(struct sock *sk, bool reset)
 {
 	struct sd_sock *ss = sd_sk(sk);
 	struct sd_conn *conn = ss->conn;
 	struct sock *peer;
-	bool clean, bridge;
 
 	if (!conn || READ_ONCE(conn->gone[ss->side]))
 		return;
 	if (reset)
 		sd_stat_inc(sock_net(sk), SD_STAT_RESETS);
-	/* Before the FIN below, which the bridge might carry too. */
-	clean = !reset && conn->link && !READ_ONCE(conn->reset) &&
-		sd_ring_drained(sd_tx(ss));
 
 	rcu_read_lock();
 	spin_lock(&conn->lock);
@@ -2456,11 +2138,6 @@ void sd_conn_close(struct sock *sk, bool reset)
 					 lockdep_is_held(&conn->lock));
 	RCU_INIT_POINTER(conn->end[ss->side], NULL);
 	sd_conn_leave(conn, ss->side, peer, reset);
-	/*
-	 * A bridge that is still there carries the rest (sd_bridge.c); one
-	 * that left carried all it took, and none came after it.
-	 */
-	bridge = conn->bridged && !conn->bridge_gone && !conn->left;
 	spin_unlock(&conn->lock);
 	if (peer) {
 		sd_wake(peer);
@@ -2468,114 +2145,6 @@ void sd_conn_close(struct sock *sk, bool reset)
 			sk_error_report(peer);
 	}
 	rcu_read_unlock();
-	if (!conn->link)
-		return;
-	if (bridge && !reset)
-		sd_link_kick(conn->link);
-	else
-		sd_link_close(conn->link, clean);
-}
-
-/**
- * sd_conn_remote_end - the remote end of an RDMA connection left
- * @conn: the connection
- * @side: the local end's index in conn->end[]
- * @reset: it was reset, or the link to it broke
- *
- * Called by the link (sd_remote.c) with no lock held.  A clean end comes
- * only once the peer's data is all in this end's receive ring.
- */
-void sd_conn_remote_end(struct sd_conn *conn, u8 side, bool reset)
-{
-	struct sock *sk;
-
-	rcu_read_lock();
-	spin_lock(&conn->lock);
-	if (READ_ONCE(conn->gone[!side])) {
-		spin_unlock(&conn->lock);
-		rcu_read_unlock();
-		return;
-	}
-	sk = rcu_dereference_protected(conn->end[side],
-				       lockdep_is_held(&conn->lock));
-	if (!reset && conn->bridged && !conn->bridge_gone && !conn->left) {
-		/*
-		 * The peer's data may still be on its way through the
-		 * bridge, which gives the end of stream once it landed
-		 * (SD_RDMA_OP_FIN); what this end sends from now on is
-		 * refused, as after TCP's RST.
-		 */
-		WRITE_ONCE(conn->gone[!side], true);
-		sd_ring_set_flags(&conn->ring[side], SD_RING_HDR_CONS,
-				  SD_RING_CLOSED);
-		spin_unlock(&conn->lock);
-		if (sk)
-			sk->sk_write_space(sk);
-		rcu_read_unlock();
-		return;
-	}
-	sd_conn_leave(conn, !side, sk, reset);
-	spin_unlock(&conn->lock);
-	if (sk) {
-		sd_wake(sk);
-		if (reset)
-			sk_error_report(sk);
-	}
-	rcu_read_unlock();
-}
-
-/**
- * sd_conn_bridge_fail - the bridge of an open RDMA connection went
- * @conn: the connection
- * @side: the socket's index in conn->end[]
- *
- * Nothing carries the socket's data any more: it sees a reset, even if
- * the peer had ended cleanly (its end of stream may not have landed).
- * Called with no lock held.
- */
-void sd_conn_bridge_fail(struct sd_conn *conn, u8 side)
-{
-	struct sock *sk;
-
-	rcu_read_lock();
-	spin_lock(&conn->lock);
-	sk = rcu_dereference_protected(conn->end[side],
-				       lockdep_is_held(&conn->lock));
-	if (!sk || READ_ONCE(conn->reset)) {
-		spin_unlock(&conn->lock);
-		rcu_read_unlock();
-		return;
-	}
-	sd_conn_leave(conn, !side, sk, true);
-	spin_unlock(&conn->lock);
-	sd_wake(sk);
-	sk_error_report(sk);
-	rcu_read_unlock();
-}
-
-/*
- * SD_RDMA_OP_FIN: the bridge put the last of the peer's data in the
- * receive ring (the peer shut down its side).  Called with @sk locked.
- */
-void sd_conn_remote_fin(struct sock *sk)
-{
-	struct sd_sock *ss = sd_sk(sk);
-	struct sd_conn *conn = ss->conn;
-
-	/*
-	 * The bridge holds the sock, not its file: a close may have taken
-	 * the connection off it already (sd_release()), with nothing left
-	 * to tell.
-	 */
-	if (!conn)
-		return;
-	spin_lock(&conn->lock);
-	sd_ring_set_flags(sd_rx(ss), SD_RING_HDR_PROD, SD_RING_FIN);
-	WRITE_ONCE(sk->sk_shutdown, sk->sk_shutdown | RCV_SHUTDOWN);
-	if (sk->sk_state == TCP_ESTABLISHED)
-		sd_set_state(sk, TCP_CLOSE_WAIT);
-	spin_unlock(&conn->lock);
-	sd_wake(sk);
 }
 
 /*

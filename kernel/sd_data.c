@@ -170,8 +170,8 @@ static void sd_done_waiting(struct sock *sk, struct sd_ring *ring,
 }
 
 /*
- * An RDMA connect's rendezvous (sd_connect_begin()) has not ended yet:
- * wait for its end as TCP's calls wait for the handshake.
+ * A background connect (sd_connect_begin()) has not ended yet: wait for
+ * its end as TCP's calls wait for the handshake.
  * Returns 0 to go on, 1 when the socket fell back to TCP meanwhile (the
  * call is TCP's), -EAGAIN when @timeo is up.  Called with @sk locked.
  */
@@ -182,7 +182,7 @@ static int sd_wait_async_connect(struct sock *sk, long *timeo)
 	int err = 0;
 
 	add_wait_queue(sk_sleep(sk), &wait);
-	while (READ_ONCE(ss->rdma_async)) {
+	while (READ_ONCE(ss->connect_bg)) {
 		if (!*timeo) {
 			err = -EAGAIN;
 			break;
@@ -191,7 +191,7 @@ static int sd_wait_async_connect(struct sock *sk, long *timeo)
 			err = sock_intr_errno(*timeo);
 			break;
 		}
-		sk_wait_event(sk, timeo, !READ_ONCE(ss->rdma_async), &wait);
+		sk_wait_event(sk, timeo, !READ_ONCE(ss->connect_bg), &wait);
 	}
 	remove_wait_queue(sk_sleep(sk), &wait);
 	return err ? : sd_tcp_sock(sk) ? 1 : 0;
@@ -250,7 +250,7 @@ int sd_sendmsg(struct socket *sock, struct msghdr *msg, size_t len)
 	if (err)
 		return err;
 	timeo = sock_sndtimeo(sk, nonblock);
-	if (unlikely(ss->rdma_async)) {
+	if (unlikely(ss->connect_bg)) {
 		err = sd_wait_async_connect(sk, &timeo);
 		if (err) {
 			sd_unlock_call(sk, true);
@@ -406,7 +406,7 @@ int sd_recvmsg(struct socket *sock, struct msghdr *msg, size_t len,
 	if (err)
 		return err;
 	timeo = sock_rcvtimeo(sk, nonblock);
-	if (unlikely(ss->rdma_async)) {
+	if (unlikely(ss->connect_bg)) {
 		err = sd_wait_async_connect(sk, &timeo);
 		if (err) {
 			sd_unlock_call(sk, false);
@@ -547,7 +547,7 @@ __poll_t sd_poll(struct file *file, struct socket *sock,
 	sock_poll_wait(file, sock, wait);
 
 	/* A background connect (sd_connect_work()): nothing yet. */
-	if (smp_load_acquire(&ss->rdma_async))
+	if (smp_load_acquire(&ss->connect_bg))
 		return 0;
 	state = sd_get_state(sk);
 	/* Another thread's connect waits (sd_conn_establish()): as TCP's. */
@@ -606,10 +606,10 @@ int sd_shutdown(struct socket *sock, int how)
 
 	lock_sock(sk);
 	/*
-	 * An RDMA connect is on its way (in the background, or in another
-	 * thread's call): shut down what it ends with.
+	 * A connect to another host is on its way in the background: shut
+	 * down what it ends with.
 	 */
-	if (unlikely(ss->rdma_async)) {
+	if (unlikely(ss->connect_bg)) {
 		long timeo = MAX_SCHEDULE_TIMEOUT;
 
 		err = sd_wait_async_connect(sk, &timeo);
@@ -726,7 +726,7 @@ static int sd_zc_ioctl(struct sock *sk, unsigned int cmd, void __user *arg)
 		 * daemon's carrier resets a connection that has a zero-copy
 		 * record).
 		 */
-		if (conn->link || conn->link_id)
+		if (conn->link_id)
 			return -EOPNOTSUPP;
 		ret = sd_zc_send(sk, sd_tx(ss), &zs);
 		if (ret)
@@ -953,8 +953,6 @@ out:
 	return err;
 }
 
-static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg);
-
 int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 {
 	struct sock *sk = sock->sk;
@@ -986,14 +984,10 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 		sd_wake_peer(sk, dir == SD_TOKEN_TX);
 		return 0;
 	}
-	case SD_IOC_RDMA:
-		return sd_rdma_ioctl(sk, (u32 __user *)arg);
 	case SD_IOC_RECV_WAIT:
 		return sd_recv_wait(sock, (int __user *)arg);
 	case SD_IOC_SEND_WAIT:
 		return sd_send_wait(sk, (u32 __user *)arg);
-	case SD_IOC_RDMA_BRIDGE:
-		return sd_bridge_open(sk);
 	case SIOCINQ:
 		lock_sock(sk);
 		if (sk->sk_state == TCP_LISTEN)
@@ -1021,113 +1015,6 @@ int sd_ioctl(struct socket *sock, unsigned int cmd, unsigned long arg)
 	if (err < 0)
 		return err;
 	return put_user((int)min_t(size_t, bytes, INT_MAX), (int __user *)arg);
-}
-
-/* The link of an RDMA connection, or NULL (conn is stable, see sd_sock). */
-static struct sd_link *sd_rdma_link(struct sock *sk)
-{
-	/* Pairs with the store-release that publishes the connection. */
-	struct sd_conn *conn = smp_load_acquire(&sd_sk(sk)->conn);
-
-	return conn ? conn->link : NULL;
-}
-
-/* SD_IOC_RDMA: the bridge, standing in for the remote end. */
-static int sd_rdma_ioctl(struct sock *sk, u32 __user *arg)
-{
-	struct sd_link *link = sd_rdma_link(sk);
-	u32 op;
-
-	if (get_user(op, arg))
-		return -EFAULT;
-	if (!link)
-		return -ENOTCONN;
-	return sd_rdma_op(sk, link, op);
-}
-
-/* setsockopt(SOL_SD, SD_RDMA_*). */
-static int sd_rdma_setsockopt(struct sock *sk, int optname, sockptr_t optval,
-			      unsigned int optlen)
-{
-	struct sd_sock *ss = sd_sk(sk);
-	struct sd_rdma_half h, *half;
-	struct sd_link *link;
-	int val, err;
-
-	if (!ss->redirected)
-		return -EOPNOTSUPP;
-	if (optname == SD_RDMA_OFFER || optname == SD_RDMA_EVENTFD) {
-		if (optlen < sizeof(int))
-			return -EINVAL;
-		if (copy_from_sockptr(&val, optval, sizeof(val)))
-			return -EFAULT;
-	}
-	switch (optname) {
-	case SD_RDMA_OFFER:
-		lock_sock(sk);
-		WRITE_ONCE(ss->rdma_offer, !!val);
-		release_sock(sk);
-		return 0;
-	case SD_RDMA_EVENTFD:
-		link = sd_rdma_link(sk);
-		return link ? sd_link_set_eventfd(link, val) : -ENOTCONN;
-	case SD_RDMA_LOCAL:
-		break;
-	default:
-		return -ENOPROTOOPT;
-	}
-
-	if (optlen != sizeof(h))
-		return -EINVAL;
-	if (copy_from_sockptr(&h, optval, sizeof(h)))
-		return -EFAULT;
-	link = sd_rdma_link(sk);
-	if (link)	/* the accepting side: its monitor sends it */
-		return sd_link_set_local(link, &h);
-	/* The connecting side: kept for the request, freed with sk. */
-	half = kmemdup(&h, sizeof(h), GFP_KERNEL);
-	if (!half)
-		return -ENOMEM;
-	lock_sock(sk);
-	if (ss->conn)
-		err = -ENOTCONN;	/* a connection of this host */
-	else if (sk->sk_state == TCP_LISTEN)
-		err = -EINVAL;
-	else if (ss->rdma_half)
-		err = -EALREADY;
-	else
-		err = 0;
-	if (!err)
-		swap(ss->rdma_half, half);
-	release_sock(sk);
-	kfree(half);
-	return err;
-}
-
-/* getsockopt(SOL_SD, SD_RDMA_PEER). */
-static int sd_rdma_get_peer(struct sock *sk, char __user *optval,
-			    int __user *optlen)
-{
-	struct sd_link *link = sd_rdma_link(sk);
-	struct file *file = sk->sk_socket ? sk->sk_socket->file : NULL;
-	bool nonblock = file && (READ_ONCE(file->f_flags) & O_NONBLOCK);
-	struct sd_rdma_half half;
-	int len, err;
-
-	if (get_user(len, optlen))
-		return -EFAULT;
-	if (len < (int)sizeof(half))
-		return -EINVAL;
-	if (!link)
-		return -ENOTCONN;
-	/* Waits as a receive would. */
-	err = sd_link_get_peer(link, &half, sock_rcvtimeo(sk, nonblock));
-	if (err)
-		return err;
-	len = sizeof(half);
-	if (copy_to_user(optval, &half, len) || put_user(len, optlen))
-		return -EFAULT;
-	return 0;
 }
 
 /*
@@ -1205,9 +1092,6 @@ int sd_setsockopt(struct socket *sock, int level, int optname,
 	 * AF_INET/AF_INET6 before any family sees it, so AF_SD offers the
 	 * same switch as SOL_SD/SD_REUSEPORT (libsd maps one to the other).
 	 */
-	if (level == SOL_SD && optname >= SD_RDMA_OFFER &&
-	    optname <= SD_RDMA_EVENTFD && optname != SD_RDMA_PEER)
-		return sd_rdma_setsockopt(sock->sk, optname, optval, optlen);
 	if (level == SOL_SD && optname == SD_REUSEPORT) {
 		if (optlen < sizeof(int))
 			return -EINVAL;
@@ -1280,7 +1164,7 @@ static int sd_get_mmap_offsets(struct sock *sk, char __user *optval,
 	return 0;
 }
 
-/* SD_TRANSPORT: another host's end is RDMA's, by the daemon or a bridge. */
+/* SD_TRANSPORT: a connection the link daemon carries is RDMA's. */
 static int sd_transport(struct sock *sk)
 {
 	/* Pairs with the store-release that publishes the connection. */
@@ -1288,8 +1172,7 @@ static int sd_transport(struct sock *sk)
 
 	if (!conn)
 		return SD_TRANSPORT_NONE;
-	return conn->link || conn->link_id ? SD_TRANSPORT_RDMA :
-					     SD_TRANSPORT_SHM;
+	return conn->link_id ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
 }
 
 /* SD_LINK_ID: which of the link daemon's connects made this connection. */
@@ -1333,8 +1216,6 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 					    optlen);
 	if (level == SOL_SD && optname == SD_MMAP_OFFSETS)
 		return sd_get_mmap_offsets(sk, optval, optlen);
-	if (level == SOL_SD && optname == SD_RDMA_PEER)
-		return sd_rdma_get_peer(sk, optval, optlen);
 	if (level == SOL_SD && optname == SD_LINK_ID)
 		return sd_get_link_id(sk, optval, optlen);
 	/* TCP_NODELAY and TCP_INQ are kept here, the rest by TCP. */
@@ -1345,8 +1226,6 @@ int sd_getsockopt(struct socket *sock, int level, int optname,
 		val = sk->sk_reuseport;
 	else if (level == SOL_SD && optname == SD_REDIRECTED)
 		val = sd_sk(sk)->redirected;
-	else if (level == SOL_SD && optname == SD_RDMA_OFFER)
-		val = READ_ONCE(sd_sk(sk)->rdma_offer);
 	else if (level == SOL_SD && optname == SD_TRANSPORT)
 		val = sd_transport(sk);
 	else if (level == SOL_TCP && optname == TCP_NODELAY)

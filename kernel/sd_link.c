@@ -12,13 +12,23 @@
  * daemon goes, or the time runs out, whichever is first (the wait's
  * claimed bit makes it one of them, once).
  *
+ * The namespace's fabric key lives here too: its admin sets and clears it
+ * (SD_CMD_KEY_SET, SD_CMD_KEY_DEL, in sd_netlink.c), sdctl sees only its
+ * fingerprint (the first bytes of its SHA-256), and only the registered
+ * daemon reads it (SD_LINK_CMD_KEY), to authenticate its sessions with
+ * other hosts' daemons (Documentation/remote.rst).
+ *
  * Locking: sd_net.link_lock (a spinlock, never held across a sleep)
- * guards link_portid, link_waits and each wait's answer.  A wait lives on
+ * guards link_portid, link_waits and each wait's answer; sd_net.key_lock
+ * (a spinlock, nothing taken under it) the key, its length and its
+ * fingerprint.  A wait lives on
  * its connecting task's stack, or in its background connect's job; it
  * leaves the list before the task returns or the job is freed.
  */
 #define pr_fmt(fmt) "af_sd: " fmt
 
+#include <crypto/hash.h>
+#include <crypto/sha2.h>
 #include <linux/file.h>
 #include <linux/net.h>
 #include <linux/netlink.h>
@@ -72,6 +82,104 @@ void sd_link_net_init(struct sd_net *sn)
 {
 	spin_lock_init(&sn->link_lock);
 	INIT_LIST_HEAD(&sn->link_waits);
+	spin_lock_init(&sn->key_lock);
+	sn->rdv_timeout_ms = 1000;
+}
+
+void sd_link_net_exit(struct sd_net *sn)
+{
+	memzero_explicit(sn->key, sizeof(sn->key));
+	sn->key_len = 0;
+}
+
+/* SHA-256 of @key, shortened to the fingerprint.  May sleep. */
+static int sd_key_fingerprint(const u8 *key, unsigned int len,
+			      u8 fpr[SD_KEY_FPR_LEN])
+{
+	u8 digest[SHA256_DIGEST_SIZE];
+	struct crypto_shash *tfm;
+	int err;
+
+	tfm = crypto_alloc_shash("sha256", 0, 0);
+	if (IS_ERR(tfm))
+		return PTR_ERR(tfm);
+	err = crypto_shash_tfm_digest(tfm, key, len, digest);
+	crypto_free_shash(tfm);
+	if (!err)
+		memcpy(fpr, digest, SD_KEY_FPR_LEN);
+	memzero_explicit(digest, sizeof(digest));
+	return err;
+}
+
+/**
+ * sd_key_set - set the namespace's fabric key
+ * @sn: the namespace's state
+ * @key: the key
+ * @len: its length, SD_KEY_MIN_LEN to SD_KEY_MAX_LEN (the netlink policy
+ *	checked it)
+ *
+ * Replaces any key.  The daemon reads it again for its next session;
+ * sessions it keyed before keep their keys.
+ */
+int sd_key_set(struct sd_net *sn, const u8 *key, unsigned int len)
+{
+	u8 fpr[SD_KEY_FPR_LEN];
+	int err;
+
+	if (len < SD_KEY_MIN_LEN || len > SD_KEY_MAX_LEN)
+		return -EINVAL;
+	err = sd_key_fingerprint(key, len, fpr);
+	if (err)
+		return err;
+	spin_lock(&sn->key_lock);
+	memzero_explicit(sn->key, sizeof(sn->key));
+	memcpy(sn->key, key, len);
+	sn->key_len = len;
+	memcpy(sn->key_fpr, fpr, sizeof(fpr));
+	spin_unlock(&sn->key_lock);
+	return 0;
+}
+
+/* Forget the key: -ENOENT when there was none. */
+int sd_key_del(struct sd_net *sn)
+{
+	int err = 0;
+
+	spin_lock(&sn->key_lock);
+	if (!sn->key_len)
+		err = -ENOENT;
+	memzero_explicit(sn->key, sizeof(sn->key));
+	sn->key_len = 0;
+	memset(sn->key_fpr, 0, sizeof(sn->key_fpr));
+	spin_unlock(&sn->key_lock);
+	return err;
+}
+
+/* The key's fingerprint in @fpr: false when no key is set. */
+bool sd_key_get_fpr(struct sd_net *sn, u8 fpr[SD_KEY_FPR_LEN])
+{
+	bool set;
+
+	spin_lock(&sn->key_lock);
+	set = sn->key_len;
+	memcpy(fpr, sn->key_fpr, SD_KEY_FPR_LEN);
+	spin_unlock(&sn->key_lock);
+	return set;
+}
+
+/*
+ * Copy the key out into @buf (SD_KEY_MAX_LEN bytes): its length, 0 when
+ * none is set.  The caller wipes @buf.
+ */
+static unsigned int sd_key_copy(struct sd_net *sn, u8 *buf)
+{
+	unsigned int len;
+
+	spin_lock(&sn->key_lock);
+	len = sn->key_len;
+	memcpy(buf, sn->key, len);
+	spin_unlock(&sn->key_lock);
+	return len;
 }
 
 bool sd_link_serves(struct net *net)

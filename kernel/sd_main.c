@@ -44,7 +44,6 @@ static void sd_destruct(struct sock *sk)
 
 	mutex_destroy(&ss->send_mutex);
 	mutex_destroy(&ss->recv_mutex);
-	kfree(ss->rdma_half);
 	put_pid(ss->owner);
 	sock_prot_inuse_add(sock_net(sk), sk->sk_prot, -1);
 }
@@ -221,9 +220,7 @@ static int __net_init sd_net_init(struct net *net)
 	sn->zerocopy_threshold = 16 * 1024;
 	sn->ring_size_max = 4 * 1024 * 1024;
 	sn->default_policy = SD_ACTION_ALLOW;
-	sd_auth_net_init(sn);
 	sd_link_net_init(sn);
-	sd_remote_net_init(net, sn);
 	return sd_sysctl_register(net, sn);
 }
 
@@ -232,11 +229,10 @@ static void __net_exit sd_net_exit(struct net *net)
 	struct sd_net *sn = sd_net(net);
 
 	sd_sysctl_unregister(sn);
-	sd_remote_net_exit(sn);
 	mutex_lock(&sn->rules_lock);
 	sd_rules_flush(sn);
 	mutex_unlock(&sn->rules_lock);
-	sd_auth_net_exit(sn);
+	sd_link_net_exit(sn);
 }
 
 static struct pernet_operations sd_net_ops = {
@@ -258,13 +254,9 @@ static int __init sd_init(void)
 	if (err)
 		goto out_proto;
 
-	err = sd_remote_init();
-	if (err)
-		goto out_zc;
-
 	err = register_pernet_subsys(&sd_net_ops);
 	if (err)
-		goto out_remote;
+		goto out_zc;
 
 	err = sd_netlink_init();
 	if (err)
@@ -292,8 +284,6 @@ out_netlink:
 	sd_netlink_exit();
 out_pernet:
 	unregister_pernet_subsys(&sd_net_ops);
-out_remote:
-	sd_remote_exit();
 out_zc:
 	sd_zc_exit();
 out_proto:
@@ -308,7 +298,6 @@ static void __exit sd_exit(void)
 	sd_link_exit();
 	sd_netlink_exit();
 	unregister_pernet_subsys(&sd_net_ops);
-	sd_remote_exit();
 	sd_zc_exit();
 	/* Rules freed with kfree_rcu() must be gone before the code is. */
 	rcu_barrier();

@@ -134,8 +134,7 @@ static int sd_fill_sock(struct sk_buff *skb, struct netlink_callback *cb,
 	u64 tx_msgs = READ_ONCE(ss->tx_msgs), rx_msgs = READ_ONCE(ss->rx_msgs);
 	u8 state = READ_ONCE(sk->sk_state);
 	u8 transport = !conn ? SD_TRANSPORT_NONE :
-		       conn->link || conn->link_id ? SD_TRANSPORT_RDMA :
-						     SD_TRANSPORT_SHM;
+		       conn->link_id ? SD_TRANSPORT_RDMA : SD_TRANSPORT_SHM;
 	void *hdr;
 
 	if (tcp) {
@@ -628,9 +627,6 @@ static int sd_key_get_cmd(struct sk_buff *skb, struct genl_info *info)
 #define SD_FEATURES (BIT_ULL(SD_FEATURE_REDIRECT) |			\
 		     BIT_ULL(SD_FEATURE_ZEROCOPY) |			\
 		     BIT_ULL(SD_FEATURE_TCP_INQ) |			\
-		     BIT_ULL(SD_FEATURE_RENDEZVOUS) |			\
-		     BIT_ULL(SD_FEATURE_FABRIC_KEY) |			\
-		     BIT_ULL(SD_FEATURE_RDMA_BRIDGE) |			\
 		     BIT_ULL(SD_FEATURE_LINK_DAEMON))
 
 static int sd_features_fill(struct sk_buff *reply, struct genl_info *info)

@@ -121,34 +121,11 @@ static int sd_policy_handler(struct ctl_table *table, int write,
 	return 0;
 }
 
-/* net.sd.rendezvous_port: (re)starts or stops the monitor's listener. */
-static int sd_rdv_port_handler(struct ctl_table *table, int write,
-			       void *buffer, size_t *lenp, loff_t *ppos)
-{
-	struct sd_net *sn = container_of(table->data, struct sd_net, rdv_port);
-	int val = READ_ONCE(sn->rdv_port);
-	struct ctl_table tmp = {
-		.data = &val,
-		.maxlen = sizeof(val),
-		.mode = table->mode,
-	};
-	int err;
-
-	err = proc_dointvec(&tmp, write, buffer, lenp, ppos);
-	if (write && !err) {
-		if (val < 0 || val > 65535)
-			return -EINVAL;
-		err = sd_remote_set_port(sn, val);
-	}
-	return err;
-}
-
 static int sd_zero;
 static int sd_one = 1;
 static int sd_zc_threshold_max = 1 << 30;
 static int sd_rdv_timeout_min = 10;
 static int sd_rdv_timeout_max = 60000;
-static int sd_peer_cache_max = 86400;
 
 static const struct ctl_table sd_sysctl_template[] = {
 	{
@@ -197,29 +174,16 @@ static const struct ctl_table sd_sysctl_template[] = {
 		.extra2		= &sd_zc_threshold_max,
 	},
 	{
-		/* TCP port of the rendezvous with other hosts; 0: off */
-		.procname	= "rendezvous_port",
-		.maxlen		= sizeof(int),
-		.mode		= 0644,
-		.proc_handler	= sd_rdv_port_handler,
-	},
-	{
-		/* bound of one rendezvous, in milliseconds */
+		/*
+		 * bound of a connect's wait for the link daemon's verdict,
+		 * in milliseconds
+		 */
 		.procname	= "rendezvous_timeout_ms",
 		.maxlen		= sizeof(int),
 		.mode		= 0644,
 		.proc_handler	= proc_dointvec_minmax,
 		.extra1		= &sd_rdv_timeout_min,
 		.extra2		= &sd_rdv_timeout_max,
-	},
-	{
-		/* how long what a rendezvous learnt holds; 0: not kept */
-		.procname	= "peer_cache_seconds",
-		.maxlen		= sizeof(int),
-		.mode		= 0644,
-		.proc_handler	= proc_dointvec_minmax,
-		.extra1		= &sd_zero,
-		.extra2		= &sd_peer_cache_max,
 	},
 	{ }
 };
@@ -239,9 +203,7 @@ int sd_sysctl_register(struct net *net, struct sd_net *sn)
 	table[3].data = &sn->default_policy;
 	table[4].data = &sn->redirect;
 	table[5].data = &sn->zerocopy_threshold;
-	table[6].data = &sn->rdv_port;
-	table[7].data = &sn->rdv_timeout_ms;
-	table[8].data = &sn->peer_cache_secs;
+	table[6].data = &sn->rdv_timeout_ms;
 
 	sn->sysctl_hdr = register_net_sysctl(net, "net/sd", table);
 	if (!sn->sysctl_hdr) {

@@ -96,16 +96,6 @@ std::string setting(std::string_view word)
 	return name;
 }
 
-// net.ipv4.ip_unprivileged_port_start of the caller's namespace, as text.
-std::string unprivileged_start()
-{
-	std::ifstream in("/proc/sys/net/ipv4/ip_unprivileged_port_start");
-	std::string v;
-	if (!(in >> v))
-		return "unknown";
-	return v;
-}
-
 [[noreturn]] void write_failed(const std::string &name, const std::string &value, int err)
 {
 	if ((err == EACCES || err == EPERM) && name.rfind("ring_size", 0) == 0)
@@ -115,8 +105,6 @@ std::string unprivileged_start()
 	if (err == EACCES || err == EPERM)
 		throw Error("permission denied: changing net.sd." + name +
 			    " needs root (CAP_NET_ADMIN over the network namespace)");
-	if (err == EINVAL && name == "rendezvous_port")
-		throw Error("net.sd." + name + ": invalid value '" + value + "' (0, or a port only root can bind: below net.ipv4.ip_unprivileged_port_start, " + unprivileged_start() + ")");
 	if (err == EINVAL)
 		throw Error("net.sd." + name + ": invalid value '" + value + "'");
 	if (err == ENOENT)

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 //
-// sdctl key: the namespace's fabric key, which the monitors of the hosts
-// that meet over the rendezvous share (SD_CMD_KEY_SET, _DEL, _GET).  The
+// sdctl key: the namespace's fabric key, which the link daemons of the
+// hosts that meet share (SD_CMD_KEY_SET, _DEL, _GET).  The
 // key is read from a file or from standard input, never from the command
 // line (where ps and the shell's history would show it), and the kernel
 // never gives it back: show prints its fingerprint.
@@ -116,6 +116,6 @@ constexpr Verb verbs[] = {
 
 } // namespace
 
-const Object key_object = {"key", verbs, "the fabric key of the rendezvous"};
+const Object key_object = {"key", verbs, "the fabric key of the link daemons"};
 
 } // namespace sdctl

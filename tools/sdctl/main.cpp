@@ -96,15 +96,16 @@ const T *lookup(std::span<const T> table, std::string_view word, Name name)
 std::vector<std::string> feature_names(std::uint64_t mask)
 {
 	static constexpr const char *names[] = {
-		"redirect", "zerocopy", "tcp_inq", "rendezvous", "fabric_key", "rdma_bridge",
-		"link_daemon",
+		// Bits 3 to 5 are retired (<linux/sd.h>): a module never sets them.
+		"redirect", "zerocopy", "tcp_inq", nullptr, nullptr, nullptr, "link_daemon",
 	};
 	static_assert(std::size(names) == __SD_FEATURE_MAX, "a name for every SD_FEATURE_*");
 	std::vector<std::string> out;
 	for (unsigned bit = 0; bit < 64; bit++) {
 		if (!(mask & (std::uint64_t{1} << bit)))
 			continue;
-		out.emplace_back(bit < std::size(names) ? names[bit] : "feature_" + std::to_string(bit));
+		out.emplace_back(bit < std::size(names) && names[bit] ? names[bit]
+								   : "feature_" + std::to_string(bit));
 	}
 	return out;
 }

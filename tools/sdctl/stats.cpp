@@ -41,19 +41,19 @@ constexpr const char *names[] = {
 	"zc_copied",
 	"zc_cow",
 	"fallback_peer_unknown",
-	"rdv_asked",
-	"rdv_answered",
-	"rdv_failed",
-	"rdv_cached",
+	nullptr, // 26 to 29, 31 to 35 and 38: retired (<linux/sd.h>)
+	nullptr,
+	nullptr,
+	nullptr,
 	"fallback_busy",
-	"rdma_connects",
-	"rdma_queued",
-	"rdma_resets",
-	"rdma_moves",
-	"rdma_moves_crossed",
+	nullptr,
+	nullptr,
+	nullptr,
+	nullptr,
+	nullptr,
 	"zc_pinned",
 	"fallback_auth",
-	"rdv_auth_failed",
+	nullptr,
 	"fallback_tcp_listener",
 	"link_upcalls",
 	"link_timeouts",
@@ -70,7 +70,10 @@ int show(const Options &opt, Args args)
 
 	Printer out(opt.json);
 	for (const auto &[type, value] : stats) {
-		// A counter of a newer module keeps its number.
+		// A counter of a newer module keeps its number; a retired one
+		// is not sent, and not shown if an older module sends it.
+		if (type < std::size(names) && !names[type])
+			continue;
 		const std::string name =
 			type < std::size(names) ? names[type] : "stat_" + std::to_string(type);
 		out.field(Key(name, name, Key::RIGHT), value);

@@ -71,190 +71,18 @@
 #define SD_REDIRECTED	3
 
 /*
- * RDMA connections between hosts (Documentation/rdma.rst).  These are the
- * module's side of libsd's RDMA bridge; programs have no use for them.
- * All but SD_RDMA_OFFER fail with ENOTCONN on a socket that is not an RDMA
- * connection (getsockopt(SOL_SD, SD_TRANSPORT) tells which it is).
- *
- * SD_RDMA_OFFER (int, set and get; redirected sockets only, before
- *	connect or listen): this socket's process can carry a connection
- *	over RDMA.  Accepted sockets inherit it from their listener.  A
- *	remote client is queued at a listener over RDMA only if the listener
- *	offers it; otherwise the client falls back to TCP (SD_FALLBACK_NO_RDMA).
- * SD_RDMA_LOCAL (struct sd_rdma_half, set): this end's half.  A client
- *	sets it before connect (with SD_RDMA_OFFER; the monitor sends it with
- *	the request, and without it the connection is TCP); the accepting
- *	side sets it once on the accepted socket, and its monitor sends it to
- *	the client's.  EALREADY the second time.
- * SD_RDMA_PEER (struct sd_rdma_half, get): the peer's half, once it came.
- *	Blocks until then, as a receive would (EAGAIN when non-blocking or
- *	past SO_RCVTIMEO, EINTR on a signal); ECONNRESET if the connection
- *	ended first.
- * SD_RDMA_EVENTFD (int, set): an eventfd the module signals whenever the
- *	bridge has work on this connection: this end produced data or took
- *	some (sd_wake_peer's moments, when the bridge set READER_WAIT or
- *	NEED_CREDIT), the peer's half came, the connection ended.  -1 unsets.
  * SD_TRANSPORT (int, get): the connection's enum sd_transport.
  *
- * The module carries a half as it is and reads nothing in it: the side
- * that receives one checks every field before using it.
+ * Options 4 to 7 were libsd's RDMA bridge's; they are gone, and their
+ * numbers are never reused (ENOPROTOOPT).
  */
-#define SD_RDMA_OFFER	4
-#define SD_RDMA_LOCAL	5
-#define SD_RDMA_PEER	6
-#define SD_RDMA_EVENTFD	7
 #define SD_TRANSPORT	8
 
-struct sd_rdma_half {
-	__u8  gid[16];		/* the RDMA port's GID */
-	__u32 qpn;		/* queue pair number (24 bits) */
-	__u32 psn;		/* first packet sequence number (24 bits) */
-	__u64 ring_addr;	/* where the peer writes its records */
-	__u32 ring_rkey;
-	__u32 ring_size;	/* bytes there, a power of two */
-	__u64 credit_addr;	/* where the peer writes what it consumed */
-	__u32 credit_rkey;
-	__u32 mtu;		/* enum ibv_mtu */
-	__u32 flags;		/* 0 */
-	__u32 reserved[5];	/* 0 */
-};
-
 /*
- * ioctl(fd, SD_IOC_RDMA, &op), from the bridge of an RDMA connection, which
- * stands in for the remote end: SD_RDMA_OP_DATA after it published records
- * in this end's receive ring while SD_RING_READER_WAIT was set,
- * SD_RDMA_OP_ROOM after it published credit in the send ring while
- * SD_RING_NEED_CREDIT was set, SD_RDMA_OP_FIN after it set SD_RING_FIN on
- * the receive ring (the peer shut down its side; all its data is in the
- * ring), SD_RDMA_OP_RESET when the transport failed (ECONNRESET for this
- * end, and the peer's monitor is told).
+ * ioctl numbers 0xD6 to 0xDC and 0xDE to 0xE0 were libsd's RDMA bridge's;
+ * they are gone (ENOTTY) and never reused.  Connections to other hosts
+ * are the link daemon's (<linux/sd_link.h>, Documentation/remote.rst).
  */
-#define SD_RDMA_OP_DATA		1
-#define SD_RDMA_OP_ROOM		2
-#define SD_RDMA_OP_FIN		3
-#define SD_RDMA_OP_RESET	4
-
-/*
- * The bridge's own descriptor.  ioctl(fd, SD_IOC_RDMA_BRIDGE) on an RDMA
- * connection returns a new descriptor (close-on-exec) for the connection,
- * one per connection (EBUSY the second time).  It maps the two rings at
- * the socket's offsets (SD_PGOFF_TX_RING is still the socket's send ring,
- * which the bridge consumes), takes SD_IOC_RDMA and SD_IOC_RDMA_PEER (the
- * peer's half; EAGAIN until it came, never waits), and does not keep the
- * socket: the program's last close releases the socket at once, as TCP's
- * does, and the rings say so (SD_RING_FIN on the send ring,
- * SD_RING_CLOSED on the receive ring's consumer flags).  The bridge then
- * carries what is left and closes this descriptor; the peer's monitor is
- * told the connection ended cleanly if everything sent was taken from the
- * send ring, with a reset otherwise.  Closed while the socket is still
- * open, it resets the connection.  While a bridge descriptor exists, the
- * end of the peer's stream is the bridge's to give (SD_RDMA_OP_FIN), not
- * the peer's monitor's.  Without one (a bridge working on the socket
- * itself), the peer's monitor's clean end is the end of the stream at
- * once, even if the peer's last writes have not reached the receive ring
- * yet: a bridge takes its descriptor before its queue pair can take the
- * peer's first write.
- */
-#define SD_IOC_RDMA_BRIDGE	_IO('S', 0xD7)
-#define SD_IOC_RDMA_PEER	_IOR('S', 0xD8, struct sd_rdma_half)
-
-/*
- * Moving a connection to another process's bridge (a socket shared across
- * fork whose bridge's process exits; Documentation/rdma.rst, "Fork").
- *
- * SD_IOC_RDMA_LEAVE, on the bridge's descriptor: the bridge stops, with
- * nothing in flight, and says where it stopped.  Only while another
- * process holds the socket (EBUSY otherwise: the bridge ends the
- * connection as usual) and both ends are open (EPIPE).  The call waits
- * for the peer's monitor to answer (ECONNRESET, the connection reset, if
- * it does not within the rendezvous timeout).  One end moves at a time:
- * EAGAIN while the peer's bridge is moving (SD_RING_MOVED is up), or when
- * it left at the same moment and its move goes first (the connecting
- * side's does); the bridge follows that move and tries again.  The peer's
- * monitor is told (its bridge finds SD_RING_MOVED on its send ring's
- * consumer flags), and closing the descriptor then does not reset the
- * connection: the next SD_IOC_RDMA_BRIDGE, from any process that holds
- * the socket, makes a new bridge, which reads the positions with
- * SD_IOC_RDMA_RESUME (ENOENT if no bridge left) and sends its half to the
- * peer with SD_IOC_RDMA_MOVE.  Until then the connection is carried by
- * nobody; if the socket closes meanwhile, the connection ends there.
- *
- * With SD_RDMA_LEAVE_EXEC in how, the bridge's process is about to exec
- * and its new image takes the connection up: allowed while the caller
- * holds a descriptor of the socket that exec keeps (not close-on-exec;
- * EBUSY otherwise), whoever else holds it.  If the exec fails, the old
- * image takes it up again.  Until a bridge of that process takes it up,
- * SD_IOC_RDMA_BRIDGE in any other process is EBUSY while that process
- * lives (a child of vfork that execs first, say).
- *
- * SD_IOC_RDMA_HANDOVER: as SD_IOC_RDMA_LEAVE, for a bridge whose process
- * lives on but let go of the socket (the parent of a forking server that
- * closed its copy): allowed only while the caller's process holds no
- * descriptor of the socket and another process waits to bridge it: its
- * SD_IOC_RDMA_BRIDGE on the socket was refused (EBUSY), last less than a
- * second ago (EBUSY otherwise: the bridge carries on).  A refusal sets
- * SD_RING_WANTED on the send ring's consumer flags, where the bridge sees
- * it (and signals its eventfd the first time); the next bridge made, or a
- * HANDOVER that finds nobody waiting any more, clears it.
- *
- * SD_IOC_RDMA_MOVED, on the peer's bridge descriptor: where the other
- * bridge stopped, and the new bridge's half once it came (SD_RDMA_MOVED_HALF
- * in flags); ENOENT when nothing moved.  Reading the half ends the move
- * and clears SD_RING_MOVED.  The positions come from the other host:
- * check them.
- */
-struct sd_rdma_move {
-	__u64 sent;	/* stream bytes this end's bridge wrote, all landed */
-	__u64 took;	/* of those, what the peer said it took (its credit) */
-	__u64 copied;	/* stream bytes of the peer's put in the receive ring */
-	__u32 flags;	/* SD_RDMA_MOVE_* */
-	__u32 kept;	/* 0 on LEAVE; else what its stash held */
-	/* Where it was in this end's rings (kept here, not sent): */
-	__u64 tx_head;	/* the send ring's, as its consumer */
-	__u64 rx_tail;	/* the receive ring's, as its producer */
-	__u32 tx_rec_off;	/* bytes taken of the record at tx_head */
-	__u32 how;	/* SD_RDMA_LEAVE_* (LEAVE only; else 0) */
-};
-
-#define SD_RDMA_MOVE_TX_FIN	(1U << 0)	/* this end's end of stream went */
-#define SD_RDMA_MOVE_RX_FIN	(1U << 1)	/* the peer's is in the ring */
-/* how: the caller's process execs next; its new image takes it up. */
-#define SD_RDMA_LEAVE_EXEC	(1U << 0)
-
-struct sd_rdma_moved {
-	struct sd_rdma_move	at;	/* where the other bridge stopped */
-	struct sd_rdma_half	half;	/* its successor's, with _HALF */
-	__u32			flags;	/* SD_RDMA_MOVED_* */
-	__u32			reserved;
-};
-
-#define SD_RDMA_MOVED_HALF	(1U << 0)
-
-/*
- * SD_IOC_RDMA_STASH, on the bridge's descriptor before it leaves: the
- * peer's bytes that landed but are not in the receive ring yet, in stream
- * order from the move's copied on (at most SD_RDMA_STASH_MAX; len 0
- * drops them).  The LEAVE that follows takes them, and says so to the
- * peer (kept, in the positions it reads with SD_IOC_RDMA_MOVED): the peer
- * sends again only what comes after them.  A LEAVE that fails drops them.
- * SD_IOC_RDMA_UNSTASH, on a successor's descriptor: they, into the buffer
- * (len at least kept; EMSGSIZE otherwise), once; returns how many.
- */
-struct sd_rdma_stash {
-	__u64 addr;
-	__u32 len;
-	__u32 reserved;	/* 0 */
-};
-
-#define SD_RDMA_STASH_MAX	(1U << 20)
-
-#define SD_IOC_RDMA_LEAVE	_IOW('S', 0xD9, struct sd_rdma_move)
-#define SD_IOC_RDMA_HANDOVER	_IOW('S', 0xDE, struct sd_rdma_move)
-#define SD_IOC_RDMA_RESUME	_IOR('S', 0xDA, struct sd_rdma_move)
-#define SD_IOC_RDMA_MOVE	_IOW('S', 0xDB, struct sd_rdma_half)
-#define SD_IOC_RDMA_MOVED	_IOR('S', 0xDC, struct sd_rdma_moved)
-#define SD_IOC_RDMA_STASH	_IOW('S', 0xDF, struct sd_rdma_stash)
-#define SD_IOC_RDMA_UNSTASH	_IOW('S', 0xE0, struct sd_rdma_stash)
 
 /*
  * Rings.
@@ -347,8 +175,7 @@ struct sd_mmap_offsets {
 /* cons_flags, written only by the consumer's side. */
 #define SD_RING_READER_WAIT	(1U << 0)	/* consumer sleeps for data */
 #define SD_RING_CLOSED		(1U << 1)	/* consumer reads no more */
-#define SD_RING_MOVED		(1U << 2)	/* remote consumer's bridge moved */
-#define SD_RING_WANTED		(1U << 3)	/* another process would bridge it */
+/* Bits 2 and 3 were the RDMA bridge's: never set, never reused. */
 /* Either word: the kernel reset the connection. */
 #define SD_RING_RESET		(1U << 31)
 
@@ -411,7 +238,6 @@ struct sd_token {
 #define SD_IOC_RELEASE		_IOW('S', 0xD2, __u32)
 #define SD_IOC_WAKE		_IOW('S', 0xD3, __u32)
 #define SD_IOC_SEND_WAIT	_IOW('S', 0xE1, __u32)
-#define SD_IOC_RDMA		_IOW('S', 0xD6, __u32)
 
 /*
  * ioctl(fd, SD_IOC_RECV_WAIT, &other): sleep until connected socket fd
@@ -420,7 +246,7 @@ struct sd_token {
  * bounds it (EAGAIN; at once on a non-blocking socket) and a signal ends
  * it (EINTR, or the call restarts under SA_RESTART).  Returns 1 when the
  * socket has something, else 0 when other is readable.  For a thread
- * that moves bytes in user space on other's events (libsd's RDMA
+ * that moves bytes in user space on other's events (the link daemon's
  * completion channel) and must also wake for the kernel's.  On 0 the
  * socket's SD_RING_READER_WAIT is taken back unless another sleeper, a
  * poll or epoll entry or O_ASYNC relies on it: the caller looks at the
@@ -613,13 +439,16 @@ enum sd_feature {
 	SD_FEATURE_ZEROCOPY,
 	/* TCP_INQ kept; SD_LOWAT_INQ in the ring */
 	SD_FEATURE_TCP_INQ,
-	/* the monitor meets other hosts' (net.sd.rendezvous_port) */
-	SD_FEATURE_RENDEZVOUS,
-	/* SD_CMD_KEY_*: the rendezvous is authenticated */
-	SD_FEATURE_FABRIC_KEY,
-	/* SD_RDMA_* options, SD_IOC_RDMA*: a process's bridge carries RDMA */
-	SD_FEATURE_RDMA_BRIDGE,
-	/* the "sd_link" family: a link daemon decides remote connects */
+	/* 3 to 5: the in-kernel rendezvous, its authentication and the
+	 * RDMA bridge of libsd, gone: always clear
+	 */
+	__SD_FEATURE_RETIRED_3,
+	__SD_FEATURE_RETIRED_4,
+	__SD_FEATURE_RETIRED_5,
+	/*
+	 * the "sd_link" family: a link daemon carries connections to other
+	 * hosts; SD_CMD_KEY_* hold the fabric key it authenticates with
+	 */
 	SD_FEATURE_LINK_DAEMON,
 	__SD_FEATURE_MAX,
 };
@@ -706,9 +535,10 @@ enum sd_addr_attr {
 
 /*
  * The fabric key of a network namespace (SD_CMD_KEY_SET): the secret its
- * monitor shares with the monitors of the other hosts it meets
- * (Documentation/rdma.rst).  Its fingerprint is the first SD_KEY_FPR_LEN
- * bytes of the SHA-256 of the key.
+ * link daemon shares with the daemons of the other hosts it meets
+ * (Documentation/remote.rst); only the daemon reads it (SD_LINK_CMD_KEY).
+ * Its fingerprint is the first SD_KEY_FPR_LEN bytes of the SHA-256 of the
+ * key.
  */
 #define SD_KEY_MIN_LEN		32
 #define SD_KEY_MAX_LEN		64
@@ -729,22 +559,27 @@ enum sd_transport {
 enum sd_fallback {
 	SD_FALLBACK_NONE,
 	SD_FALLBACK_NO_LISTENER,	/* no AF_SD listener at the address */
-	SD_FALLBACK_PEER_NO_SD,		/* the remote host runs no AF_SD */
+	SD_FALLBACK_PEER_NO_SD,		/* the remote host runs no link
+					 * daemon
+					 */
 	SD_FALLBACK_NO_RDMA,		/* a side has no RDMA device */
-	SD_FALLBACK_HANDSHAKE,		/* the rendezvous failed or timed out */
+	SD_FALLBACK_HANDSHAKE,		/* the daemons' exchange failed, or
+					 * no verdict came in time
+					 */
 	SD_FALLBACK_POLICY,		/* a redirect policy said TCP */
 	SD_FALLBACK_TCP_CLIENT,		/* a plain TCP client of a listener */
-	SD_FALLBACK_REMOTE,		/* another host, and no inter-host
-					 * transport is in use
+	SD_FALLBACK_REMOTE,		/* another host, and no link daemon
+					 * serves this namespace
 					 */
-	SD_FALLBACK_PEER_UNKNOWN,	/* a non-blocking connect to a host
-					 * whose monitor was not asked yet
+	SD_FALLBACK_PEER_UNKNOWN,	/* a kernel socket's non-blocking
+					 * connect, which does not wait for
+					 * the daemon's verdict
 					 */
 	SD_FALLBACK_BUSY,		/* the remote listener's backlog
 					 * was full
 					 */
 	SD_FALLBACK_AUTH,		/* no fabric key here, or the other
-					 * host's monitor did not prove it
+					 * host's daemon did not prove it
 					 * holds the same one
 					 */
 	SD_FALLBACK_TCP_LISTENER,	/* a plain TCP listener that shares
@@ -800,25 +635,25 @@ enum sd_stat {
 	SD_STAT_ZC_COPIED,	/* bytes of them a receiver got by copying */
 	SD_STAT_ZC_COW,		/* pool pages copied on write */
 	SD_STAT_FALLBACK_PEER_UNKNOWN,	/* SD_FALLBACK_PEER_UNKNOWN */
-	SD_STAT_RDV_ASKED,	/* rendezvous this monitor started */
-	SD_STAT_RDV_ANSWERED,	/* requests of other monitors answered */
-	SD_STAT_RDV_FAILED,	/* rendezvous that failed, either side */
-	SD_STAT_RDV_CACHED,	/* connects decided by the peer cache */
+	/*
+	 * 26 to 29, 31 to 35 and 38 counted the in-kernel rendezvous and
+	 * the RDMA bridge, both gone: never sent, never reused.
+	 */
+	__SD_STAT_RETIRED_26,
+	__SD_STAT_RETIRED_27,
+	__SD_STAT_RETIRED_28,
+	__SD_STAT_RETIRED_29,
 	SD_STAT_FALLBACK_BUSY,	/* SD_FALLBACK_BUSY */
-	SD_STAT_RDMA_CONNECTS,	/* connections made over RDMA */
-	SD_STAT_RDMA_QUEUED,	/* remote clients queued at a listener */
-	SD_STAT_RDMA_RESETS,	/* RDMA connections reset by the link or
-				 * the bridge
-				 */
-	SD_STAT_RDMA_MOVES,	/* bridges that left for another process's */
-	SD_STAT_RDMA_MOVES_CROSSED,	/* LEAVEs that crossed the peer's */
+	__SD_STAT_RETIRED_31,
+	__SD_STAT_RETIRED_32,
+	__SD_STAT_RETIRED_33,
+	__SD_STAT_RETIRED_34,
+	__SD_STAT_RETIRED_35,
 	SD_STAT_ZC_PINNED,	/* pool pages copied, not handed over, as
 				 * they may be pinned for DMA
 				 */
 	SD_STAT_FALLBACK_AUTH,	/* SD_FALLBACK_AUTH */
-	SD_STAT_RDV_AUTH_FAILED,	/* rendezvous messages that failed
-					 * authentication, either side
-					 */
+	__SD_STAT_RETIRED_38,
 	SD_STAT_FALLBACK_TCP_LISTENER,	/* SD_FALLBACK_TCP_LISTENER */
 	SD_STAT_LINK_UPCALLS,	/* connects the link daemon was told of */
 	SD_STAT_LINK_TIMEOUTS,	/* ...that it gave no verdict in time */
