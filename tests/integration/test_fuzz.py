@@ -24,9 +24,8 @@ import subprocess
 import pytest
 
 import sdgenl
-from conftest import (netns_del, netns_pair, ns_key, ns_sysctl, nsrun, prog,
+from conftest import (netns_del, netns_pair, ns_sysctl, nsrun, prog,
                       sd_stats)
-from rdvwire import KEY
 from sdsock import Family
 
 # In the debug kernel lane's CI subset (Documentation/testing.rst).
@@ -105,32 +104,31 @@ def test_fuzz_leaves_kernel_and_family_intact(libsd, redirect_on, no_leak,
 
 FUZZ_NS = ("sdfz-h1", "sdfz-h2")
 FUZZ_ADDR = ("10.78.0.1", "10.78.0.2")
-FUZZ_RDV_PORT = 746     # only root may bind it (net.sd.rendezvous_port)
 
 
 @pytest.fixture
 def fuzz_hosts():
-    """Two namespaces, two hosts to AF_SD: redirection and the rendezvous
-    on in both, and one fabric key."""
+    """Two namespaces, two hosts to AF_SD, redirection on in both; the
+    fuzzer is h1's link daemon.  A verdict that does not come ends the
+    connect after a second."""
     h1, h2 = FUZZ_NS
     netns_pair(h1, h2, "sdfz0", "sdfz1", *FUZZ_ADDR)
     for n in FUZZ_NS:
-        for key, value in (("redirect", 1), ("rendezvous_port", FUZZ_RDV_PORT),
-                           ("rendezvous_timeout_ms", 10000)):
+        for key, value in (("redirect", 1), ("rendezvous_timeout_ms", 1000)):
             err = ns_sysctl(n, key, value)
             assert err is None, err
-        ns_key(n, KEY)
     yield h1, h2
     netns_del(*FUZZ_NS)
 
 
 def test_fuzz_against_another_host(fuzz_hosts, no_leak):
     """The same calls in one namespace, with another namespace standing for
-    another host: listeners there, redirected clients here connecting to
-    them as RDMA connections through both monitors, and the fuzzer playing
-    their bridge (its descriptors, DATA, ROOM, FIN and RESET) while other
-    threads close the sockets under it (security.rst: a bridge's FIN
-    racing close).  Each run gets half of SD_FUZZ_SECONDS."""
+    another host: redirected clients here connecting to it, and the fuzzer
+    playing this namespace's link daemon (tests/progs/sd_fuzz.c,
+    link_daemon()): random verdicts, connections of the other host queued
+    here, the daemon going and coming back under threads that use, shut
+    down and close what it carried (security.rst).  Each run gets half of
+    SD_FUZZ_SECONDS."""
     h1, h2 = fuzz_hosts
     seed = int(os.environ.get("SD_FUZZ_SEED", random.SystemRandom().getrandbits(48)))
     print(f"sd_fuzz seed {seed}")
@@ -145,5 +143,8 @@ def test_fuzz_against_another_host(fuzz_hosts, no_leak):
     after = sd_stats(h1)
     delta = {k: v - before.get(k, 0) for k, v in after.items()}
     print({k: v for k, v in delta.items() if v})
-    # It reached the other host's monitor, and made RDMA connections.
-    assert delta["rdv_asked"] > 0 and delta["rdma_connects"] > 0, delta
+    # The daemon heard of connects, carried connections both ways, and
+    # its going reset them (link_first() makes one of each for certain).
+    assert delta["link_upcalls"] > 0, delta
+    assert delta["link_via"] > 0 and delta["link_incoming"] > 0, delta
+    assert delta["link_resets"] >= 2, delta

@@ -461,9 +461,9 @@ def test_key_is_never_given_back(nl):
 
 # ---- features -----------------------------------------------------------
 
-# SD_FEATURE_*: redirect, zerocopy, tcp_inq, rendezvous, fabric_key,
-# rdma_bridge, link_daemon, all of which this module has.
-FEATURES = 0b1111111
+# SD_FEATURE_*: redirect, zerocopy, tcp_inq and link_daemon, all of which
+# this module has; bits 3 to 5 are retired and stay clear.
+FEATURES = 0b1000111
 
 
 def features(g):

@@ -19,9 +19,8 @@ import time
 import pytest
 
 from conftest import (AF_SD, REDIRECT, SDCTL, TOP, StatsDelta,
-                      netns_del, netns_pair, ns_key, ns_protocol_sockets,
+                      netns_del, netns_pair, ns_protocol_sockets,
                       ns_sysctl, nsrun, prog, redirect, sd_stats, wait_for)
-from rdvwire import KEY
 from sdsock import Family, sockname
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -233,13 +232,12 @@ def test_racing_connects_fall_back_once(no_leak):
 # A bind or listen that waits for the socket lock while the connect of
 # another thread falls back (75fbe8d).  To make that wait certain rather
 # than lucky, the connect goes to "another host" (a second netns over a
-# veth): a blocking connect there asks that host's monitor with the socket
-# locked, and the monitor, a stand-in in sd_race, keeps it waiting until the
-# racing call is seen asleep in the kernel, then fails the rendezvous (the
+# veth): a blocking connect there asks the link daemon with the socket
+# locked, and the daemon, a stand-in in sd_race, keeps it waiting until the
+# racing call is seen asleep in the kernel, then says TCP (the
 # connect falls back, reason handshake).  See tests/progs/sd_race.c.
 RACE_NS = ("sdrc-h1", "sdrc-h2")
 RACE_ADDR = ("10.79.0.1", "10.79.0.2")
-RACE_RDV_PORT = 749
 RACE_ROUNDS = 150
 
 
@@ -249,16 +247,12 @@ def in_ns(name, *cmd, **kw):
 
 @pytest.fixture
 def race_hosts():
-    """h1 (redirect on, rendezvous on, no peer cache) and h2."""
+    """h1 (redirect on; sd_race is its link daemon) and h2."""
     h1, h2 = RACE_NS
     netns_pair(h1, h2, "sdrc0", "sdrc1", *RACE_ADDR)
-    for key, value in (("redirect", 1), ("rendezvous_port", RACE_RDV_PORT),
-                       ("peer_cache_seconds", 0),
-                       ("rendezvous_timeout_ms", 30000)):
+    for key, value in (("redirect", 1), ("rendezvous_timeout_ms", 30000)):
         err = ns_sysctl(h1, key, value)
         assert err is None, err
-    # A key, or the connect would not ask the stand-in at all.
-    ns_key(h1, KEY)
     yield h1
     netns_del(*RACE_NS)
 
@@ -276,8 +270,7 @@ def race_fallback(h1, op):
     in_ns(h1, SDCTL, "rules", "add", "deny", "dir", "bind", check=True)
     try:
         out = in_ns(h1, prog("sd_race"), op, str(RACE_ROUNDS),
-                    f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1],
-                    str(RACE_RDV_PORT), timeout=300)
+                    f"/run/netns/{RACE_NS[1]}", RACE_ADDR[1], timeout=300)
     finally:
         in_ns(h1, SDCTL, "rules", "flush", check=True)
     assert out.returncode == 0, out.stderr
@@ -306,7 +299,7 @@ def test_bind_waiting_for_a_connect_that_falls_back(race_hosts):
     assert res["waited"] == RACE_ROUNDS, res
     # Each connect fell back once, after asking the stand-in.
     assert delta["fallback_handshake"] == RACE_ROUNDS, delta
-    assert delta["rdv_asked"] == RACE_ROUNDS, delta
+    assert delta["link_upcalls"] == RACE_ROUNDS, delta
     assert delta["fallback_no_listener"] == 0, delta
 
 

@@ -31,14 +31,12 @@ STATS = ["connects", "accepts", "refused", "denied_connect", "denied_accept",
          "fallback_no_rdma", "fallback_handshake", "fallback_policy",
          "fallback_tcp_client", "fallback_remote", "redirected",
          "zc_sends", "zc_pages", "zc_remapped", "zc_copied", "zc_cow",
-         "fallback_peer_unknown", "rdv_asked", "rdv_answered", "rdv_failed",
-         "rdv_cached", "fallback_busy", "rdma_connects", "rdma_queued",
-         "rdma_resets", "rdma_moves", "rdma_moves_crossed", "zc_pinned",
-         "fallback_auth", "rdv_auth_failed", "fallback_tcp_listener",
+         "fallback_peer_unknown", "fallback_busy", "zc_pinned",
+         "fallback_auth", "fallback_tcp_listener",
          "link_upcalls", "link_timeouts", "link_via", "link_incoming",
          "link_resets"]
-SETTINGS = ["default_policy", "peer_cache_seconds", "port_range",
-            "redirect", "rendezvous_port", "rendezvous_timeout_ms",
+SETTINGS = ["default_policy", "port_range",
+            "redirect", "rendezvous_timeout_ms",
             "ring_size", "ring_size_max", "zerocopy_threshold"]
 
 
@@ -797,24 +795,6 @@ def test_config_set_and_rejects(name, restore_settings):
         assert sysctl(name) == kept, value
 
 
-def test_config_rendezvous_port_only_root_can_bind(restore_settings):
-    """The rendezvous port is 0 or below net.ipv4.ip_unprivileged_port_start
-    (1024 here): sdctl says so when the kernel refuses another."""
-    start = pathlib.Path("/proc/sys/net/ipv4/ip_unprivileged_port_start")
-    assert start.read_text().strip() == "1024"
-    sdctl("config", "set", "rendezvous_port", "748")
-    assert sysctl("rendezvous_port") == "748"
-    for value in ("1024", "7471", "65535"):
-        out = sdctl("config", "set", "rendezvous_port", value, check=False)
-        assert out.returncode == 1, value
-        assert out.stderr == (
-            f"sdctl: net.sd.rendezvous_port: invalid value '{value}' (0, or a "
-            "port only root can bind: below "
-            "net.ipv4.ip_unprivileged_port_start, 1024)\n"), out.stderr
-        assert sysctl("rendezvous_port") == "748"
-    sdctl("config", "set", "rendezvous_port", "0")
-
-
 def test_config_set_usage_errors():
     for args in (["config", "set"], ["config", "set", "ring_size"],
                  ["config", "set", "nonexistent", "1"],
@@ -834,7 +814,8 @@ def test_version():
     assert v["sdctl"] == v["libsd"]
     modinfo = pathlib.Path("/sys/module/af_sd/version").read_text().strip()
     assert v["module"] == modinfo
-    assert {"redirect", "zerocopy", "fabric_key"} <= set(v["features"])
+    assert set(v["features"]) == {"redirect", "zerocopy", "tcp_inq",
+                                  "link_daemon"}
     text = sdctl("version").stdout.splitlines()
     assert text[0].split()[0] == "sdctl"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 //
-// What the RDMA test programs (sd_rdma_pipe, sd_rdma_bridge) share: the
+// What sd_rdma_pipe needs of the verbs: the
 // device as the test hosts have it (rxe0, or $SD_RDMA_DEVICE; GID index 1,
 // the IPv4 one, or $SD_RDMA_GID; port 1), owning pointers for verbs
 // objects, and the steps of a reliable-connected queue pair.

@@ -26,9 +26,10 @@
  * the waiting socket (Documentation/security.rst).
  *
  * With NETNS (a path, /run/netns/NAME) and ADDR, another namespace
- * reachable at ADDR stands for another host: threads make listeners there,
- * connect redirected sockets to them over the monitors' rendezvous, and
- * play the RDMA bridge of those connections (do_remote()).
+ * reachable at ADDR stands for another host, and the fuzzer plays this
+ * namespace's link daemon (link_daemon()): threads connect redirected
+ * sockets to ADDR, and the daemon answers, queues connections of the
+ * other host, goes and comes back (do_remote()).
  *
  * The netlink requests change the rules for real (the run is root): the
  * first process flushes them at the end, and test_fuzz.py makes sure.
@@ -51,6 +52,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +66,13 @@
 #include <linux/genetlink.h>
 #include <linux/netlink.h>
 #include <linux/sd.h>
+#include <linux/sd_link.h>
 #include <linux/sockios.h>
 
 #include "sd_rng.h"
 
 #define SLOTS 32
+#define REMOTE_BASE 42000
 #define PORT_BASE 41000
 #define PORTS 8
 
@@ -78,6 +82,9 @@ static unsigned long calls_made;
 
 /* Netlink, per process: what the first process's threads sent and got. */
 static int nl_family = -1;		/* the "sd" family's id */
+static int link_family = -1;		/* "sd_link"'s, with another host */
+static int here_fd = -1, there_fd = -1;
+static struct in_addr remote;
 static unsigned long nl_sent, nl_ok, nl_refused, nl_added, nl_parts;
 static __thread int nl_fd = -1;		/* each thread its own socket */
 static __thread uint32_t nl_rule_id;	/* the last id RULE_ADD answered */
@@ -257,191 +264,7 @@ out:
 		close(c);
 }
 
-/*
- * -r NETNS ADDR: another network namespace, another host as far as AF_SD
- * is concerned, at ADDR.  Threads visit it (setns is per thread) to make
- * listeners there, and redirected sockets here connect to them over the
- * monitors' rendezvous as RDMA connections, whose bridge this process
- * plays: it takes bridge descriptors and gives DATA, ROOM, FIN and RESET
- * on them while other threads close the sockets.
- */
-#define REMOTE_BASE 42000
-static int here_fd = -1, there_fd = -1;
-static struct in_addr remote;
-
-/* A half that passes the kernel's checks mostly, random now and then. */
-static void half(struct rng *r, struct sd_rdma_half *h)
-{
-	fill(r, h, sizeof(*h));
-	if (below(r, 8) == 0)
-		return;
-	h->qpn &= 0xffffff;
-	h->psn &= 0xffffff;
-	h->ring_size = 4096u << below(r, 8);
-	h->mtu = 1 + below(r, 5);
-	h->flags = 0;
-	memset(h->reserved, 0, sizeof(h->reserved));
-}
-
-/* A bridge's burst of DATA, ROOM and FIN (RESET would end it). */
-struct storm {
-	uint64_t seed;
-	unsigned int n;
-	unsigned int done;	/* how many it gave so far */
-	int b;
-};
-
-static void *storm(void *arg)
-{
-	struct storm *st = arg;
-	struct rng r = { st->seed };
-
-	for (unsigned int i = 0; i < st->n; i++) {
-		uint32_t op = 1 + below(&r, 3);
-
-		ioctl(st->b, SD_IOC_RDMA, &op);
-		__atomic_store_n(&st->done, i + 1, __ATOMIC_RELAXED);
-	}
-	return NULL;
-}
-
-/*
- * Before the fuzzing: one RDMA connection for certain, its client here and
- * its server end and listener there, in the hot slots, with a bridge
- * descriptor for the client.  Says so on stderr when the monitors would
- * not make it (the test then finds no RDMA connection counted).
- */
-static void remote_first(struct rng *r)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote,
-				 .sin_port = htons(REMOTE_BASE) };
-	struct sd_rdma_half h;
-	int one = 1, l, c, s = -1;
-
-	if (setns(there_fd, CLONE_NEWNET))
-		return;
-	l = socket(AF_SD, SOCK_STREAM, SD_PROTO_INET);
-	if (l >= 0 && (setsockopt(l, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one)) ||
-		       bind(l, (struct sockaddr *)&a, sizeof(a)) || listen(l, 4)))
-		perror("sd_fuzz: the first listener there");
-	if (setns(here_fd, CLONE_NEWNET))
-		abort();
-	c = socket(AF_SD, SOCK_STREAM, SD_PROTO_INET);
-	memset(&h, 0, sizeof(h));
-	fill(r, h.gid, sizeof(h.gid));
-	h.qpn = 1;
-	h.psn = 1;
-	h.ring_size = 65536;
-	h.mtu = 3;
-	if (c < 0 || setsockopt(c, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one)) ||
-	    setsockopt(c, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h)) ||
-	    connect(c, (struct sockaddr *)&a, sizeof(a)))
-		perror("sd_fuzz: the first RDMA connect");
-	else if ((s = accept4(l, NULL, NULL, SOCK_NONBLOCK)) < 0)
-		perror("sd_fuzz: the first accept there");
-	if (s >= 0) {
-		h.qpn = 2;
-		setsockopt(s, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
-		timeouts(s);
-	}
-	timeouts(l);
-	timeouts(c);
-	slots[0] = c;
-	slots[1] = s;
-	slots[2] = l;
-	slots[3] = ioctl(c, SD_IOC_RDMA_BRIDGE);
-}
-
 static void one_call(struct rng *r);
-
-static void do_remote(struct rng *r)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote };
-	struct sd_rdma_half h;
-	int one = 1, fd;
-
-	if (there_fd < 0)
-		return;
-	a.sin_port = htons((uint16_t)(REMOTE_BASE + below(r, PORTS)));
-	switch (below(r, 4)) {
-	case 0:		/* a listener over there */
-		if (setns(there_fd, CLONE_NEWNET))
-			return;
-		fd = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, SD_PROTO_INET);
-		if (fd >= 0) {
-			timeouts(fd);
-			setsockopt(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one));
-			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-			    listen(fd, (int)below(r, 3))) {
-				close(fd);
-				fd = -1;
-			}
-		}
-		/* Back here, or every later call of this thread is wrong. */
-		if (setns(here_fd, CLONE_NEWNET))
-			abort();
-		if (fd >= 0)
-			put_fd(r, fd);
-		return;
-	case 1:		/* an accept there (or anywhere), with a half */
-		fd = accept4(slot_fd(r), NULL, NULL, SOCK_NONBLOCK);
-		if (fd < 0)
-			return;
-		timeouts(fd);
-		half(r, &h);
-		setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
-		put_fd(r, fd);
-		return;
-	case 2: {	/* the bridge's descriptor, or operations on one */
-		struct storm st = { .seed = next(r), .n = 64 + below(r, 512) };
-		unsigned int i = slot(r);
-		uint32_t op = 1 + below(r, 4);
-		pthread_t th;
-
-		fd = __atomic_load_n(&slots[i], __ATOMIC_RELAXED);
-		if (below(r, 2)) {
-			ioctl(fd, SD_IOC_RDMA, &op);
-			return;
-		}
-		st.b = ioctl(fd, SD_IOC_RDMA_BRIDGE);
-		if (st.b < 0)
-			return;
-		/*
-		 * The peer's news from a thread of its own while this one
-		 * goes on, and often closes the socket under it.
-		 */
-		if (!pthread_create(&th, NULL, storm, &st)) {
-			unsigned int at = below(r, 16);
-
-			for (unsigned int k = below(r, 4); k > 0; k--)
-				one_call(r);
-			/* Not before the storm began, or it meets no close. */
-			while (__atomic_load_n(&st.done, __ATOMIC_RELAXED) < at)
-				sched_yield();
-			if (below(r, 4) &&
-			    __atomic_compare_exchange_n(&slots[i], &fd, -1, 0,
-							__ATOMIC_RELAXED,
-							__ATOMIC_RELAXED))
-				close(fd);
-			pthread_join(th, NULL);
-		}
-		put_fd(r, st.b);
-		return;
-	}
-	default:	/* a client here, non-blocking or bounded */
-		fd = socket(AF_SD, SOCK_STREAM | (below(r, 2) ? SOCK_NONBLOCK : 0),
-			    SD_PROTO_INET);
-		if (fd < 0)
-			return;
-		timeouts(fd);
-		setsockopt(fd, SOL_SD, SD_RDMA_OFFER, &one, sizeof(one));
-		half(r, &h);
-		setsockopt(fd, SOL_SD, SD_RDMA_LOCAL, &h, sizeof(h));
-		put_fd(r, fd);
-		connect(fd, (struct sockaddr *)&a, sizeof(a));
-		return;
-	}
-}
 
 /*
  * fork with the table shared: the child makes a few calls of its own on
@@ -866,12 +689,11 @@ static size_t nl_request(struct rng *r, unsigned char *b, size_t room)
 	h->nlmsg_type = (uint16_t)nl_family;
 	h->nlmsg_flags = flags;
 	h->nlmsg_seq = (uint32_t)next(r);
-	/*
-	 * With another host, the fabric key stays: without it every remote
-	 * connect is TCP's (the key commands are fuzzed in local runs).
-	 */
-	if (there_fd >= 0 && (cmd == SD_CMD_KEY_SET || cmd == SD_CMD_KEY_DEL))
-		cmd = SD_CMD_KEY_GET;
+	/* Now and then the link daemon's family, from a socket of no daemon. */
+	if (link_family >= 0 && below(r, 16) == 0) {
+		h->nlmsg_type = (uint16_t)link_family;
+		cmd = below(r, SD_LINK_CMD_MAX + 2);
+	}
 	g->cmd = (uint8_t)cmd;
 	g->version = below(r, 8) ? SD_GENL_VERSION : (uint8_t)next(r);
 	if (below(r, 16) == 0)
@@ -1025,19 +847,19 @@ static int nl_call(int fd, uint16_t type, uint8_t cmd, const void *attrs, size_t
 	}
 }
 
-/* The family's id, from the control family; -1 if it is not there. */
-static int nl_resolve(void)
+/* Family @name's id, from the control family; -1 if it is not there. */
+static int nl_resolve(const char *name)
 {
-	unsigned char a[AHDR + 4], reply[4096];
+	unsigned char a[AHDR + 16], reply[4096];
 	struct nlattr *at = (struct nlattr *)a;
 	struct nlmsghdr *h = (struct nlmsghdr *)reply;
 	int fd = nl_open(NULL), id = -1;
 
 	if (fd < 0)
 		return -1;
-	at->nla_len = AHDR + sizeof(SD_GENL_NAME);
+	at->nla_len = (uint16_t)(AHDR + strlen(name) + 1);
 	at->nla_type = CTRL_ATTR_FAMILY_NAME;
-	memcpy(a + AHDR, SD_GENL_NAME, sizeof(SD_GENL_NAME));
+	memcpy(a + AHDR, name, strlen(name) + 1);
 	memset(reply, 0, sizeof(reply));
 	/* The family message comes first, then the ACK. */
 	nl_call(fd, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, a, A4(at->nla_len), reply,
@@ -1064,6 +886,346 @@ static int nl_flush(void)
 		      sizeof(reply));
 	close(fd);
 	return err;
+}
+
+/* ---- another host, and the fuzzer as its link daemon -------------------- */
+
+/*
+ * Each process runs a thread that plays the namespace's link daemon
+ * (<linux/sd_link.h>): one registers at a time (the others are refused,
+ * EBUSY, and try again later).  The registered one answers each upcall at
+ * random: TCP with a reason (in range or not), REFUSE, VIA through an AF_SD
+ * listener of its own or any descriptor of the table, with the connect's
+ * id or another, or not at all (the connect's bound runs out).  It queues
+ * connections of "the other host" at this namespace's listeners
+ * (INCOMING, its end a fresh socket or any descriptor, the addresses and
+ * ring sizes valid or not), reads the key, and now and then closes its
+ * socket, which resets every connection it carried while other threads
+ * use them, and registers again.  What it makes goes into the table.
+ */
+static unsigned long link_upcalls, link_verdicts, link_incoming;
+
+/* A new socket registered as the daemon, or -1 (another one is). */
+static int link_register(void)
+{
+	unsigned char reply[4096];
+	int fd = nl_open(NULL);
+
+	if (fd < 0)
+		return -1;
+	if (nl_call(fd, (uint16_t)link_family, SD_LINK_CMD_REGISTER, NULL, 0, reply,
+		    sizeof(reply))) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Start a request of the daemon's at @b. */
+static struct nlmsg link_msg(unsigned char *b, size_t room, uint8_t cmd, uint16_t flags)
+{
+	struct nlmsg m = { b, MHDR + GHDR, room };
+	struct nlmsghdr *h = (struct nlmsghdr *)b;
+	struct genlmsghdr *g = (struct genlmsghdr *)(b + MHDR);
+
+	memset(b, 0, MHDR + GHDR);
+	h->nlmsg_type = (uint16_t)link_family;
+	h->nlmsg_flags = NLM_F_REQUEST | flags;
+	g->cmd = cmd;
+	g->version = SD_LINK_GENL_VERSION;
+	return m;
+}
+
+/* Send it without waiting: its answer is the daemon's loop's to read. */
+static void link_send(int fd, struct nlmsg *m)
+{
+	((struct nlmsghdr *)m->b)->nlmsg_len = (uint32_t)m->len;
+	send(fd, m->b, m->len, MSG_DONTWAIT);
+}
+
+static void link_addr(struct nlmsg *m, uint16_t type, struct in_addr a, uint16_t port)
+{
+	struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
+	size_t at = nest_open(m, type);
+
+	memcpy(&a6.s6_addr[12], &a, 4);
+	put(m, SD_A_ADDR_IN6, &a6, sizeof(a6));
+	put_u16(m, SD_A_ADDR_PORT, port);
+	nest_close(m, at);
+}
+
+static void put_u64(struct nlmsg *m, uint16_t type, uint64_t v)
+{
+	put(m, type, &v, 8);
+}
+
+/* An AF_SD listener of the daemon's own, on loopback; -1 if none. */
+static int link_listener(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int fd = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+	if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof(a)) || listen(fd, 16))) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* The verdict on connect @id. */
+static void link_answer(struct rng *r, int fd, uint64_t id, int lst)
+{
+	unsigned char b[512];
+	struct nlmsg m = link_msg(b, sizeof(b), SD_LINK_CMD_VERDICT, 0);
+
+	if (below(r, 8) == 0)
+		return;		/* none: the connect's bound runs out */
+	put_u64(&m, SD_LINK_A_ID, below(r, 8) ? id : id + below(r, 3) - 1);
+	switch (below(r, 8)) {
+	case 0:
+		put_u8(&m, SD_LINK_A_VERDICT, SD_LINK_TCP);
+		put_u8(&m, SD_LINK_A_REASON, (uint8_t)below(r, __SD_FALLBACK_MAX + 2));
+		break;
+	case 1:
+		put_u8(&m, SD_LINK_A_VERDICT, SD_LINK_REFUSE);
+		break;
+	case 2:
+		put_u8(&m, SD_LINK_A_VERDICT, (uint8_t)next(r));
+		junk_attrs(r, &m, 0);
+		break;
+	default:
+		put_u8(&m, SD_LINK_A_VERDICT, SD_LINK_VIA);
+		put(&m, SD_LINK_A_FD, &(int32_t){ below(r, 4) ? lst : slot_fd(r) }, 4);
+		break;
+	}
+	link_send(fd, &m);
+	cnt(&link_verdicts);
+}
+
+/* A connection of the other host, queued at a listener here. */
+static void link_incoming_one(struct rng *r, int fd)
+{
+	unsigned char b[512];
+	struct nlmsg m = link_msg(b, sizeof(b), SD_LINK_CMD_INCOMING, 0);
+	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
+	bool fresh = below(r, 4);
+	int s = fresh ? socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0) : slot_fd(r);
+
+	put(&m, SD_LINK_A_FD, &s, 4);
+	link_addr(&m, SD_LINK_A_LOCAL, below(r, 8) ? lo : remote,
+		  (uint16_t)(PORT_BASE + below(r, PORTS)));
+	link_addr(&m, SD_LINK_A_REMOTE, remote, (uint16_t)(below(r, 8) ? 1 + below(r, 60000) : 0));
+	put_u32(&m, SD_LINK_A_UID, below(r, 2) ? 0 : (uint32_t)next(r));
+	put_u32(&m, SD_LINK_A_GID, below(r, 2) ? 0 : below(r, 70000));
+	if (below(r, 2)) {
+		put_u32(&m, SD_LINK_A_TX_SIZE, below(r, 8) ? 4096u << below(r, 9) : (uint32_t)next(r));
+		put_u32(&m, SD_LINK_A_RX_SIZE, below(r, 8) ? 4096u << below(r, 9) : (uint32_t)next(r));
+	}
+	if (below(r, 16) == 0)
+		junk_attrs(r, &m, 0);
+	link_send(fd, &m);
+	if (fresh && s >= 0) {
+		timeouts(s);
+		put_fd(r, s);
+	}
+}
+
+/* What came to the daemon's socket: answer the upcalls, count the rest. */
+static void link_read(struct rng *r, int fd, int lst)
+{
+	static __thread unsigned char buf[NLBUF];
+	struct nlmsghdr *h;
+	ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+	for (size_t off = 0; n > 0 && off < (size_t)n && (h = msg_at(buf + off, (size_t)n - off));
+	     off += A4(h->nlmsg_len)) {
+		struct genlmsghdr *g = (struct genlmsghdr *)(h + 1);
+		uint64_t *id;
+
+		if (h->nlmsg_type != (uint16_t)link_family || h->nlmsg_len < MHDR + GHDR)
+			continue;
+		if (g->cmd == SD_LINK_CMD_INCOMING) {
+			cnt(&link_incoming);
+		} else if (g->cmd == SD_LINK_CMD_CONNECT) {
+			cnt(&link_upcalls);
+			id = msg_attr(h, SD_LINK_A_ID, 8);
+			if (id)
+				link_answer(r, fd, *id, lst);
+		}
+	}
+}
+
+static void *link_daemon(void *arg)
+{
+	struct rng r = { *(uint64_t *)arg };
+	int fd = -1, lst = link_listener();
+
+	while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+		struct pollfd p;
+		int c;
+
+		if (fd < 0) {
+			fd = link_register();
+			if (fd < 0) {
+				usleep(1000 * (1 + below(&r, 50)));
+				continue;
+			}
+		}
+		p = (struct pollfd){ .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 10) == 1)
+			link_read(&r, fd, lst);
+		/* Its end of what came through its listener, for the table. */
+		c = accept4(lst, NULL, NULL, SOCK_NONBLOCK);
+		if (c >= 0) {
+			timeouts(c);
+			put_fd(&r, c);
+		}
+		switch (below(&r, 16)) {
+		case 0:
+		case 1:
+			link_incoming_one(&r, fd);
+			break;
+		case 2: {
+			unsigned char b[64];
+			struct nlmsg m = link_msg(b, sizeof(b), SD_LINK_CMD_KEY, 0);
+
+			link_send(fd, &m);
+			break;
+		}
+		case 3:
+			if (below(&r, 16) == 0) {
+				/* It goes: what it carried is reset. */
+				close(fd);
+				fd = -1;
+			}
+			break;
+		default:
+			break;
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	if (lst >= 0)
+		close(lst);
+	return NULL;
+}
+
+/*
+ * Before the fuzzing, one connection each way for certain: a redirected
+ * client here through the daemon's listener (VIA), and one of the other
+ * host queued at a listener here (INCOMING); then the daemon goes, and
+ * both are reset.  Says so on stderr when the kernel would not (the test
+ * then finds the counters short).
+ */
+static void link_first(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote,
+				 .sin_port = htons(REMOTE_BASE) };
+	struct sockaddr_in here = { .sin_family = AF_INET,
+				    .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				    .sin_port = htons(REMOTE_BASE) };
+	unsigned char b[512], reply[NLBUF];
+	int fd, lst, c, s, hl, d, e;
+	uint64_t id = 0;
+	struct nlmsg m;
+
+	fd = link_register();
+	lst = link_listener();
+	hl = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (fd < 0 || lst < 0 || hl < 0 || bind(hl, (struct sockaddr *)&here, sizeof(here)) ||
+	    listen(hl, 4)) {
+		perror("sd_fuzz: the first daemon");
+		return;
+	}
+	c = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, SD_PROTO_INET);
+	if (c < 0 || !connect(c, (struct sockaddr *)&a, sizeof(a)) || errno != EINPROGRESS)
+		perror("sd_fuzz: the first connect to the other host");
+	for (int i = 0; i < 1000 && !id; i++) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+		struct nlmsghdr *h = (struct nlmsghdr *)reply;
+
+		if (poll(&p, 1, 10) != 1)
+			continue;
+		n = recv(fd, reply, sizeof(reply), MSG_DONTWAIT);
+		if (n > 0 && msg_at(h, (size_t)n) && h->nlmsg_type == (uint16_t)link_family &&
+		    msg_attr(h, SD_LINK_A_ID, 8))
+			memcpy(&id, msg_attr(h, SD_LINK_A_ID, 8), 8);
+	}
+	m = link_msg(b, sizeof(b), SD_LINK_CMD_VERDICT, 0);
+	put_u64(&m, SD_LINK_A_ID, id);
+	put_u8(&m, SD_LINK_A_VERDICT, SD_LINK_VIA);
+	put(&m, SD_LINK_A_FD, &lst, 4);
+	link_send(fd, &m);
+	{
+		struct pollfd p = { .fd = c, .events = POLLOUT };
+		socklen_t len = sizeof(e);
+
+		e = -1;
+		if (poll(&p, 1, 10000) != 1 || getsockopt(c, SOL_SOCKET, SO_ERROR, &e, &len) || e)
+			fprintf(stderr, "sd_fuzz: the first connect through the daemon: %s\n",
+				e > 0 ? strerror(e) : "no answer");
+	}
+	s = accept4(lst, NULL, NULL, SOCK_NONBLOCK);
+	d = socket(AF_SD, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	m = link_msg(b, sizeof(b), SD_LINK_CMD_INCOMING, 0);
+	put(&m, SD_LINK_A_FD, &d, 4);
+	link_addr(&m, SD_LINK_A_LOCAL, here.sin_addr, REMOTE_BASE);
+	link_addr(&m, SD_LINK_A_REMOTE, remote, REMOTE_BASE + 1);
+	put_u32(&m, SD_LINK_A_UID, 0);
+	put_u32(&m, SD_LINK_A_GID, 0);
+	link_send(fd, &m);
+	e = accept4(hl, NULL, NULL, SOCK_NONBLOCK);
+	if (s < 0 || e < 0)
+		fprintf(stderr, "sd_fuzz: the first connections through the daemon: %s\n",
+			strerror(errno));
+	/* The daemon goes: both connections are reset. */
+	close(fd);
+	close(lst);
+	slots[0] = c;
+	slots[1] = s;
+	slots[2] = hl;
+	slots[3] = d;
+	slots[4] = e;
+	for (int i = 0; i < 5; i++)
+		if (slots[i] >= 0)
+			timeouts(slots[i]);
+}
+
+static void do_remote(struct rng *r)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr = remote };
+	int fd;
+
+	a.sin_port = htons((uint16_t)(REMOTE_BASE + below(r, PORTS)));
+	if (below(r, 4) == 0) {
+		/* A listener over there, for what falls back to TCP. */
+		if (setns(there_fd, CLONE_NEWNET))
+			return;
+		fd = socket(below(r, 2) ? AF_INET : AF_SD, SOCK_STREAM | SOCK_NONBLOCK,
+			    below(r, 2) ? 0 : SD_PROTO_INET);
+		if (fd >= 0 && (bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+				listen(fd, (int)below(r, 3)))) {
+			close(fd);
+			fd = -1;
+		}
+		/* Back here, or every later call of this thread is wrong. */
+		if (setns(here_fd, CLONE_NEWNET))
+			abort();
+		if (fd >= 0) {
+			timeouts(fd);
+			put_fd(r, fd);
+		}
+		return;
+	}
+	/* A client here, non-blocking or bounded by its send timeout. */
+	fd = socket(AF_SD, SOCK_STREAM | (below(r, 2) ? SOCK_NONBLOCK : 0), SD_PROTO_INET);
+	if (fd < 0)
+		return;
+	timeouts(fd);
+	put_fd(r, fd);
+	connect(fd, (struct sockaddr *)&a, sizeof(a));
 }
 
 static void one_call(struct rng *r)
@@ -1235,19 +1397,23 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < SLOTS; i++)
 		slots[i] = -1;
-	if (there_fd >= 0) {
-		struct rng r = { seed };
-
-		remote_first(&r);
-	}
 	setpgid(0, 0);
 	signal(SIGPIPE, SIG_IGN);
 	signal(SIGIO, SIG_IGN);
 	signal(SIGURG, SIG_IGN);
-	nl_family = nl_resolve();
+	nl_family = nl_resolve(SD_GENL_NAME);
 	if (nl_family < 0) {
 		fprintf(stderr, "sd_fuzz: no generic netlink family \"%s\"\n", SD_GENL_NAME);
 		return 1;
+	}
+	if (there_fd >= 0) {
+		link_family = nl_resolve(SD_LINK_GENL_NAME);
+		if (link_family < 0) {
+			fprintf(stderr, "sd_fuzz: no generic netlink family \"%s\"\n",
+				SD_LINK_GENL_NAME);
+			return 1;
+		}
+		link_first();
 	}
 	printf("sd_fuzz: seed %llu, %ld s, %d processes of %d threads\n",
 	       (unsigned long long)seed, secs, procs, threads);
@@ -1276,8 +1442,14 @@ int main(int argc, char **argv)
 		w[t].seed = seed * 1000003ULL + (uint64_t)(unsigned int)t;
 		pthread_create(&w[t].th, NULL, run, &w[t]);
 	}
+	pthread_t daemon;
+	uint64_t daemon_seed = seed * 1000003ULL + 999;
+	int has_daemon = there_fd >= 0 &&
+			 !pthread_create(&daemon, NULL, link_daemon, &daemon_seed);
 	for (int t = 0; t < threads; t++)
 		pthread_join(w[t].th, NULL);
+	if (has_daemon)
+		pthread_join(daemon, NULL);
 	for (int i = 0; i < SLOTS; i++)
 		if (slots[i] >= 0)
 			close(slots[i]);
@@ -1314,6 +1486,9 @@ int main(int argc, char **argv)
 		return 1;
 	printf("sd_fuzz: netlink: %lu requests, %lu acked, %lu refused, %lu rules added, "
 	       "%lu dump parts\n", nl_sent, nl_ok, nl_refused, nl_added, nl_parts);
+	if (there_fd >= 0)
+		printf("sd_fuzz: link daemon: %lu upcalls, %lu verdicts, %lu incoming queued\n",
+		       link_upcalls, link_verdicts, link_incoming);
 	printf("sd_fuzz: %lu calls in the first process\n", calls_made);
 	return 0;
 }

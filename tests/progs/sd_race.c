@@ -4,29 +4,27 @@
  * another thread's connect(2) of the same redirected socket falls back to
  * TCP (test_redirect.py; 75fbe8d).
  *
- *   sd_race bind|listen ROUNDS NETNS SERVER RDV_PORT
+ *   sd_race bind|listen ROUNDS NETNS SERVER
  *
- * Runs in a network namespace with net.sd.redirect=1, its rendezvous on
- * RDV_PORT (net.sd.rendezvous_port) and no peer cache; NETNS is the path of
- * another namespace (/run/netns/NAME), reachable at SERVER, another host
- * as far as AF_SD is concerned.  There the program listens itself: a plain
- * TCP listener for the connects, and a stand-in for the other host's
- * monitor on RDV_PORT.
+ * Runs in a network namespace with net.sd.redirect=1 and no link daemon;
+ * NETNS is the path of another namespace (/run/netns/NAME), reachable at
+ * SERVER, another host as far as AF_SD is concerned.  There the program
+ * listens with a plain TCP listener for the connects; here it registers
+ * itself as the namespace's link daemon (generic netlink family
+ * "sd_link", <linux/sd_link.h>), a stand-in that decides each connect.
  *
- * A blocking connect to another host asks that host's monitor, and waits
- * for the answer holding the socket lock.  That makes the race a sequence,
+ * A blocking connect to another host asks the link daemon, and waits for
+ * its verdict holding the socket lock.  That makes the race a sequence,
  * each round, on a fresh socket(AF_SD, SOCK_STREAM, SD_PROTO_INET):
  *
- *   1. the connecting thread connects to SERVER (the monitor stand-in takes
- *      the first byte of the monitor's HELLO and says nothing, no HELLO of
- *      its own: the connect waits, holding the lock; the namespace has a
- *      fabric key, or it would not ask at all);
+ *   1. the connecting thread connects to SERVER (the stand-in reads the
+ *      upcall and says nothing yet: the connect waits, holding the lock);
  *   2. the racing thread binds the socket, or makes it listen: it finds no
  *      TCP socket yet and waits for the lock (seen in /proc: in the system
  *      call, asleep);
- *   3. the stand-in closes the request's connection before any HELLO: a
- *      failed rendezvous (reason handshake), so the connect falls back, gives the file the
- *      TCP socket, unlocks and connects that;
+ *   3. the stand-in's verdict is TCP (reason handshake), so the connect
+ *      falls back, gives the file the TCP socket, unlocks and connects
+ *      that;
  *   4. the racing thread, woken, has the lock with a TCP socket in place.
  *
  * The two threads share one CPU, so the woken one usually runs before the
@@ -55,6 +53,8 @@
 #endif
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/genetlink.h>
+#include <linux/netlink.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -69,6 +69,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <linux/sd.h>
+#include <linux/sd_link.h>
 
 enum op { OP_BIND, OP_LISTEN };
 
@@ -351,6 +352,174 @@ static int allowed(int oe, int ce)
 	return (oe == 0 && ce == EISCONN) || (oe == EINVAL && ce == 0);
 }
 
+/* ---- the stand-in link daemon: just enough generic netlink ---- */
+
+/* <linux/netlink.h>'s NLA_ macros mix signs; these sizes are plain. */
+#define ATTR_HDR	((size_t)sizeof(struct nlattr))
+#define ALIGN4(n)	(((size_t)(n) + 3) & ~(size_t)3)
+#define GENL_HDR	((size_t)sizeof(struct genlmsghdr))
+
+static int nl_fd;
+static __u16 link_family;
+static __u32 nl_seq;
+
+struct nl_msg {
+	struct nlmsghdr n;
+	struct genlmsghdr g;
+	char attrs[256];
+};
+
+static void nl_start(struct nl_msg *m, __u16 type, __u8 cmd, __u16 flags)
+{
+	memset(m, 0, sizeof(*m));
+	m->n.nlmsg_len = (__u32)(sizeof(struct nlmsghdr) + GENL_HDR);
+	m->n.nlmsg_type = type;
+	m->n.nlmsg_flags = NLM_F_REQUEST | flags;
+	m->n.nlmsg_seq = ++nl_seq;
+	m->g.cmd = cmd;
+	m->g.version = 1;
+}
+
+static void nl_put(struct nl_msg *m, __u16 type, const void *data, size_t len)
+{
+	size_t at = ALIGN4(m->n.nlmsg_len);
+	struct nlattr *a = (struct nlattr *)((char *)m + at);
+
+	a->nla_type = type;
+	a->nla_len = (__u16)(ATTR_HDR + len);
+	memcpy((char *)a + ATTR_HDR, data, len);
+	m->n.nlmsg_len = (__u32)(at + ALIGN4(a->nla_len));
+}
+
+/*
+ * The next message for us within @ms into @buf: its length, or -1 when
+ * none came.
+ */
+static ssize_t nl_recv(char *buf, size_t len, int ms)
+{
+	struct pollfd p = { .fd = nl_fd, .events = POLLIN };
+
+	if (poll(&p, 1, ms) != 1)
+		return -1;
+	return recv(nl_fd, buf, len, 0);
+}
+
+/* Send @m and read its answer: 0 or -errno; a reply's payload in @reply. */
+static int nl_call(struct nl_msg *m, char *reply, size_t rlen)
+{
+	char buf[8192];
+	ssize_t n;
+
+	if (send(nl_fd, m, m->n.nlmsg_len, 0) < 0)
+		die("netlink send");
+	for (;;) {
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		n = nl_recv(buf, sizeof(buf), 20000);
+		if (n < 0)
+			die("netlink: no answer");
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_seq != m->n.nlmsg_seq)
+				continue;
+			if (h->nlmsg_type == NLMSG_ERROR)
+				return ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+			if (reply)
+				memcpy(reply, h, h->nlmsg_len < rlen ?
+				       h->nlmsg_len : rlen);
+			return 0;
+		}
+	}
+}
+
+/* The attribute @type of generic netlink message @h, or NULL. */
+static struct nlattr *nl_attr(struct nlmsghdr *h, __u16 type)
+{
+	size_t off = sizeof(struct nlmsghdr) + GENL_HDR;
+
+	while (off + ATTR_HDR <= h->nlmsg_len) {
+		struct nlattr *a = (struct nlattr *)((char *)h + off);
+
+		if (a->nla_len < ATTR_HDR || off + a->nla_len > h->nlmsg_len)
+			break;
+		if ((a->nla_type & NLA_TYPE_MASK) == type)
+			return a;
+		off += ALIGN4(a->nla_len);
+	}
+	return NULL;
+}
+
+/* Find the family and serve this namespace from now on. */
+static void link_register(void)
+{
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	char reply[8192];
+	struct nl_msg m;
+	struct nlattr *a;
+	int err;
+
+	nl_fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_GENERIC);
+	if (nl_fd < 0 || bind(nl_fd, (struct sockaddr *)&sa, sizeof(sa)))
+		die("netlink socket");
+	nl_start(&m, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, 0);
+	nl_put(&m, CTRL_ATTR_FAMILY_NAME, SD_LINK_GENL_NAME,
+	       sizeof(SD_LINK_GENL_NAME));
+	err = nl_call(&m, reply, sizeof(reply));
+	a = err ? NULL : nl_attr((struct nlmsghdr *)reply, CTRL_ATTR_FAMILY_ID);
+	if (!a) {
+		errno = -err;
+		die("the sd_link family");
+	}
+	memcpy(&link_family, (char *)a + ATTR_HDR, sizeof(link_family));
+	nl_start(&m, link_family, SD_LINK_CMD_REGISTER, NLM_F_ACK);
+	err = nl_call(&m, NULL, 0);
+	if (err) {
+		errno = -err;
+		die("SD_LINK_CMD_REGISTER");
+	}
+}
+
+/* The id of the next connect the kernel tells us of, 0 if none comes. */
+static __u64 link_upcall(int ms)
+{
+	char buf[8192];
+	ssize_t n;
+	__u64 id = 0;
+
+	while (!id) {
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+		n = nl_recv(buf, sizeof(buf), ms);
+		if (n < 0)
+			return 0;
+		for (; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+			struct genlmsghdr *g = NLMSG_DATA(h);
+			struct nlattr *a;
+
+			if (h->nlmsg_type != link_family ||
+			    g->cmd != SD_LINK_CMD_CONNECT)
+				continue;
+			a = nl_attr(h, SD_LINK_A_ID);
+			if (a)
+				memcpy(&id, (char *)a + ATTR_HDR, sizeof(id));
+		}
+	}
+	return id;
+}
+
+/* The verdict for connect @id: over TCP, the daemons' exchange failed. */
+static void link_verdict_tcp(int round, __u64 id)
+{
+	__u8 verdict = SD_LINK_TCP, reason = SD_FALLBACK_HANDSHAKE;
+	struct nl_msg m;
+
+	nl_start(&m, link_family, SD_LINK_CMD_VERDICT, NLM_F_ACK);
+	nl_put(&m, SD_LINK_A_ID, &id, sizeof(id));
+	nl_put(&m, SD_LINK_A_VERDICT, &verdict, sizeof(verdict));
+	nl_put(&m, SD_LINK_A_REASON, &reason, sizeof(reason));
+	if (nl_call(&m, NULL, 0))
+		fail(round, "the kernel took no verdict for the connect");
+}
+
 struct tally {
 	char key[40];
 	int n;
@@ -373,22 +542,20 @@ static int listener(struct sockaddr_in *a)
 int main(int argc, char **argv)
 {
 	struct tally tally[8];
-	struct sockaddr_in mon = { .sin_family = AF_INET };
 	int ntally = 0, waited = 0, client_fallbacks = 0;
-	int rounds, lst, mlst, here, there;
+	int rounds, lst, here, there;
 	pthread_t thr;
 	int i, j;
 
-	if (argc != 6 || (strcmp(argv[1], "bind") && strcmp(argv[1], "listen"))) {
-		fprintf(stderr, "usage: sd_race bind|listen ROUNDS NETNS SERVER "
-			"RDV_PORT\n");
+	if (argc != 5 || (strcmp(argv[1], "bind") && strcmp(argv[1], "listen"))) {
+		fprintf(stderr, "usage: sd_race bind|listen ROUNDS NETNS SERVER\n");
 		return 2;
 	}
 	memset(tally, 0, sizeof(tally));
 	op = strcmp(argv[1], "bind") ? OP_LISTEN : OP_BIND;
 	rounds = atoi(argv[2]);
 
-	/* The other host's listeners, made in its namespace. */
+	/* The other host's listener, made in its namespace. */
 	here = open("/proc/self/ns/net", O_RDONLY);
 	there = open(argv[3], O_RDONLY);
 	if (here < 0 || there < 0 || setns(there, CLONE_NEWNET))
@@ -396,14 +563,12 @@ int main(int argc, char **argv)
 	app.sin_family = AF_INET;
 	if (inet_pton(AF_INET, argv[4], &app.sin_addr) != 1)
 		die("SERVER");
-	mon.sin_addr = app.sin_addr;
-	mon.sin_port = htons((uint16_t)atoi(argv[5]));
 	lst = listener(&app);
-	mlst = listener(&mon);
 	if (setns(here, CLONE_NEWNET))
 		die("back to this namespace");
 	close(here);
 	close(there);
+	link_register();
 
 	if (op == OP_BIND) {
 		/*
@@ -452,16 +617,17 @@ int main(int argc, char **argv)
 	}
 
 	for (i = 1; i <= rounds; i++) {
-		char key[40], req[1];
-		int s, mc, ce, oe, tries;
+		char key[40];
+		int s, ce, oe, tries;
+		__u64 id;
 
 		s = redirected_socket();
 		race_fd = s;
 		sem_post(&connector.go);
-		/* 1: the connect asks the monitor, and holds the lock. */
-		mc = accept_within(mlst, 20000);
-		if (mc < 0 || read_within(mc, req, 1, 20000))
-			fail(i, "the connect asked no monitor");
+		/* 1: the connect asks the daemon, and holds the lock. */
+		id = link_upcall(20000);
+		if (!id)
+			fail(i, "the connect asked no link daemon");
 		/* 2: the racing call waits for the lock. */
 		sem_post(&racer.go);
 		for (tries = 0; tries < 20000 && !racer_waits(); tries++) {
@@ -472,8 +638,8 @@ int main(int argc, char **argv)
 		}
 		if (tries < 20000)
 			waited++;
-		/* 3: the rendezvous fails, the connect falls back. */
-		close(mc);
+		/* 3: the verdict is TCP, the connect falls back. */
+		link_verdict_tcp(i, id);
 		if (wait_done(&connector, 30000) || wait_done(&racer, 30000))
 			fail(i, "connect or racing call hangs");
 		ce = connector.err;
@@ -509,7 +675,7 @@ int main(int argc, char **argv)
 	for (j = 0; j < ntally; j++)
 		printf("%s\"%s\": %d", j ? ", " : "", tally[j].key, tally[j].n);
 	printf("}}\n");
-	close(mlst);
+	close(nl_fd);
 	close(lst);
 	return 0;
 }
