@@ -565,6 +565,18 @@ err:
 	return err;
 }
 
+/* Counters <linux/sd.h> retired: never sent. */
+static bool sd_stat_retired(int i)
+{
+	switch (i) {
+	case __SD_STAT_RETIRED_26 ... __SD_STAT_RETIRED_29:
+	case __SD_STAT_RETIRED_31 ... __SD_STAT_RETIRED_35:
+	case __SD_STAT_RETIRED_38:
+		return true;
+	}
+	return false;
+}
+
 static int sd_stats_fill(struct sk_buff *reply, struct genl_info *info)
 {
 	struct sd_net *sn = sd_net(genl_info_net(info));
@@ -576,7 +588,8 @@ static int sd_stats_fill(struct sk_buff *reply, struct genl_info *info)
 		return -EMSGSIZE;
 	/* Type 0 (SD_STAT_UNSPEC) pads the 64-bit values. */
 	for (i = SD_STAT_UNSPEC + 1; i <= SD_STAT_MAX; i++)
-		if (nla_put_u64_64bit(reply, i, atomic64_read(&sn->stats[i]),
+		if (!sd_stat_retired(i) &&
+		    nla_put_u64_64bit(reply, i, atomic64_read(&sn->stats[i]),
 				      SD_STAT_UNSPEC))
 			return -EMSGSIZE;
 	nla_nest_end(reply, nest);
