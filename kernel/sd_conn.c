@@ -1694,6 +1694,16 @@ static int sd_link_outcome(struct sock *sk, const struct sd_addr *dst,
 		err = sd_connect_via(sk, dst, w->via, w->id, nonblock);
 		sock_put(w->via);
 		w->via = NULL;
+		/*
+		 * The daemon's listener went, or its queue stayed full: the
+		 * daemon failed this one, and TCP takes it as after a failed
+		 * exchange (a signal still ends the call).
+		 */
+		if (err == -ECONNREFUSED || err == -EAGAIN) {
+			*reason = err == -EAGAIN ? SD_FALLBACK_BUSY :
+						   SD_FALLBACK_HANDSHAKE;
+			return 1;
+		}
 		return err;
 	}
 	/*
@@ -1707,6 +1717,29 @@ static int sd_link_outcome(struct sock *sk, const struct sd_addr *dst,
 		*reason = SD_FALLBACK_REMOTE;
 	}
 	return 1;
+}
+
+/*
+ * This host's connect rules on a connect of @sk to another host's @dst,
+ * before the daemon hears of it, as for a local one: 0 to go on, 1 for
+ * TCP (a rule says so: *@reason), -EACCES when a rule refuses.
+ */
+static int sd_link_rules(struct sock *sk, const struct sd_addr *dst,
+			 kuid_t uid, kgid_t gid, u8 *reason)
+{
+	struct net *net = sock_net(sk);
+
+	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid,
+				  &sd_sk(sk)->local, dst)) {
+	case SD_ACTION_ALLOW:
+		return 0;
+	case SD_ACTION_TCP:
+		*reason = SD_FALLBACK_POLICY;
+		return 1;
+	default:
+		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
+		return -EACCES;
+	}
 }
 
 /*
@@ -1736,6 +1769,9 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 	if (err)
 		return err;
 	sd_current_ids(&uid, &gid);
+	err = sd_link_rules(sk, dst, uid, gid, reason);
+	if (err)
+		goto out;
 	err = sd_link_ask(sock_net(sk), &sd_sk(sk)->local, dst, uid, gid,
 			  timeo, &w);
 	if (err == -ENOENT) {
@@ -1747,6 +1783,7 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 	} else if (!err) {
 		err = sd_link_outcome(sk, dst, &w, false, reason);
 	}
+out:
 	/* TCP keeps the port; anything else but a connection gives it up. */
 	if (err < 0)
 		sd_link_unbind(sk, undo);
@@ -1774,11 +1811,13 @@ static void sd_connect_link_work(struct work_struct *work)
 /*
  * A redirected non-blocking connect to another host, in a namespace
  * whose link daemon serves it: EINPROGRESS, and the daemon's verdict (or
- * the rendezvous's bound running out) ends it in the background.  1 when
- * no daemon serves the namespace after all.  Called with @sk locked.
+ * the rendezvous's bound running out) ends it in the background.  1 for
+ * TCP now (*@reason): a connect rule says so, or no daemon serves the
+ * namespace after all.  Called with @sk locked.
  */
 static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
-				 int addr_len, const struct sd_addr *dst)
+				 int addr_len, const struct sd_addr *dst,
+				 u8 *reason)
 {
 	struct sd_net *sn = sd_net(sock_net(sk));
 	struct sd_connect_job *job;
@@ -1794,6 +1833,9 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	}
 	sd_connect_job_init(job, sk, uaddr, addr_len, dst,
 			    sd_connect_link_work);
+	err = sd_link_rules(sk, dst, job->uid, job->gid, reason);
+	if (err)
+		goto out;
 	sd_connect_begin(sk);
 	err = sd_link_ask_async(sock_net(sk), &sd_sk(sk)->local, dst,
 				job->uid, job->gid,
@@ -1805,11 +1847,16 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	sd_set_state(sk, TCP_CLOSE);
 	sk->sk_socket->state = SS_UNCONNECTED;
 	sd_connect_done(sd_sk(sk));
-	if (err != -ENOENT)
+	if (err == -ENOENT) {
+		*reason = SD_FALLBACK_REMOTE;
+		err = 1;
+	}
+out:
+	if (err < 0)
 		sd_link_unbind(sk, job->undo);
 	fput(job->file);
 	kfree(job);
-	return err == -ENOENT ? 1 : err;
+	return err;
 }
 
 /*
@@ -1929,10 +1976,9 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 			ss->family = family;
 			if (nonblock && sock->file) {
 				err = sd_connect_link_async(sk, uaddr, addr_len,
-							    &dst);
+							    &dst, &reason);
 				if (err <= 0)
 					goto out;
-				reason = SD_FALLBACK_REMOTE;
 				err = -ECONNREFUSED;
 				goto refused;
 			}

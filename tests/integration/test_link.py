@@ -228,6 +228,88 @@ def test_via_the_daemons_listener(hosts):
         s.close()
 
 
+@pytest.mark.parametrize("nonblocking", [False, True])
+def test_this_hosts_connect_rules_come_first(hosts, nonblocking):
+    """A connect rule of host A decides before the daemon hears of the
+    connect, as for a local one: deny is EACCES, tcp is TCP with reason
+    policy; neither is an upcall."""
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    with in_netns(NS[0]):
+        nl = Genl()
+    try:
+        for action, want in ((sdgenl.SD_ACTION_DENY, "EACCES"),
+                             (sdgenl.SD_ACTION_TCP, "OK")):
+            nl.flush()
+            r = nl.rule_add(action, sdgenl.SD_DIR_CONNECT, b"")
+            assert r.err == 0
+            before = sd_stats(NS[0])
+            with in_netns(NS[0]):
+                c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+            if nonblocking:
+                c.setblocking(False)
+                rc = Family.connect(c, ADDR[1], port)
+                if rc == "EINPROGRESS":
+                    assert connect_ended(c) == 0
+                    rc = "OK"
+            else:
+                rc = Family.connect(c, ADDR[1], port)
+            assert rc == want, action
+            after = sd_stats(NS[0])
+            moved = {k: after[k] - before[k] for k in after
+                     if after[k] != before[k]}
+            if action == sdgenl.SD_ACTION_DENY:
+                assert moved == {"denied_connect": 1}, moved
+            else:
+                assert moved.get("fallback_policy") == 1, moved
+                assert "link_upcalls" not in moved, moved
+                a, _ = srv.accept()
+                a.close()
+            c.close()
+    finally:
+        nl.flush()
+        nl.close()
+    for s in (srv, d):
+        s.close()
+
+
+def test_a_full_daemon_listener_leaves_tcp(hosts):
+    """VIA through a listener whose queue is full: a non-blocking connect
+    does not wait for room; the daemon failed it, and it goes over TCP
+    (reason busy) instead of ending in an error TCP never gives."""
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(1)
+    fillers = []
+    while True:
+        with in_netns(NS[0]):
+            f = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+        f.setblocking(False)
+        fillers.append(f)
+        rc = Family.connect(f, *sockname(lst))
+        if rc != "EINPROGRESS" or connect_ended(f) != 0:
+            break
+        assert len(fillers) < 16, "the queue never filled"
+    before = sd_stats(NS[0])
+    c = nonblocking_connect_in_a(ADDR[1], port)
+    cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+    assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+    assert connect_ended(c) == 0
+    a, _ = srv.accept()
+    c.sendall(b"over tcp")
+    assert a.recv(64) == b"over tcp"
+    after = sd_stats(NS[0])
+    assert after["fallback_busy"] - before["fallback_busy"] == 1
+    assert after["link_via"] == before["link_via"]
+    for s in (a, c, srv, lst, d, *fillers):
+        s.close()
+
+
 def test_a_daemon_that_goes_leaves_tcp(hosts):
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
