@@ -192,7 +192,7 @@ public:
 	// not arrived yet unless it ends at or before end.  For a ring whose
 	// bytes another host writes by RDMA, which does not order the
 	// placement of a write's bytes, end is where the last completion
-	// said the stream ends (Documentation/rdma.rst).  Without a call,
+	// said the stream ends (tests/progs/sd_rdma_pipe.cpp).  Without a call,
 	// the ring is read up to its credit, as the rules above allow.
 	void set_limit(std::uint64_t end) noexcept
 	{
