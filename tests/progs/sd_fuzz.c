@@ -946,7 +946,8 @@ static void link_send(int fd, struct nlmsg *m)
 static void link_addr(struct nlmsg *m, uint16_t type, struct in_addr a, uint16_t port)
 {
 	struct in6_addr a6 = { .s6_addr = { [10] = 0xff, [11] = 0xff } };
-	size_t at = nest_open(m, type);
+	/* The family validates strictly: a nest says it is one. */
+	size_t at = nest_open(m, type | NLA_F_NESTED);
 
 	memcpy(&a6.s6_addr[12], &a, 4);
 	put(m, SD_A_ADDR_IN6, &a6, sizeof(a6));
