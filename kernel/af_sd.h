@@ -506,6 +506,9 @@ struct sd_link_wait {
 	u8			reason;
 	bool			expired;	/* no verdict in time */
 	struct sock		*via;		/* with a ref, for SD_LINK_VIA */
+	/* The rings the connection will have, as the daemon was told. */
+	u32			tx_size;
+	u32			rx_size;
 	/* A background connect's end, and its deadline. */
 	struct work_struct	*work;
 	struct timer_list	timer;

@@ -1482,14 +1482,18 @@ static int sd_route_src(struct net *net, const struct in6_addr *dst,
 /*
  * Connect @sk to another host's @dst through the link daemon: into the
  * queue of its listener @via, as a local connect, whose peer then shows
- * @dst.  0 when connected.  @nonblock: no wait for room in its backlog
- * (a background connect).  Called with @sk locked.
+ * @dst, with the rings of the daemon's answer @w (the sizes it was told,
+ * which the other host mirrors).  0 when connected.  @nonblock: no wait
+ * for room in its backlog (a background connect).  Called with @sk locked.
  */
 static int sd_connect_via(struct sock *sk, const struct sd_addr *dst,
-			  struct sock *via, u64 id, bool nonblock)
+			  const struct sd_link_wait *w, bool nonblock)
 {
+	struct sock *via = w->via;
 	struct sd_sock *ss = sd_sk(sk), *ls = sd_sk(via);
-	struct sd_link_made lm = { .id = id, .end = 1 };
+	struct sd_link_made lm = {
+		.id = w->id, .end = 1, .size0 = w->tx_size, .size1 = w->rx_size,
+	};
 	long timeo = sock_sndtimeo(sk, nonblock);
 	struct sd_group *g = NULL;
 	struct sd_addr any = {}, srv;
@@ -1691,7 +1695,7 @@ static int sd_link_outcome(struct sock *sk, const struct sd_addr *dst,
 	case SD_LINK_REFUSE:
 		return -ECONNREFUSED;
 	case SD_LINK_VIA:
-		err = sd_connect_via(sk, dst, w->via, w->id, nonblock);
+		err = sd_connect_via(sk, dst, w, nonblock);
 		sock_put(w->via);
 		w->via = NULL;
 		/*
@@ -1772,6 +1776,8 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 	err = sd_link_rules(sk, dst, uid, gid, reason);
 	if (err)
 		goto out;
+	w.tx_size = sd_ring_size(sock_net(sk), sk, true);
+	w.rx_size = sd_ring_size(sock_net(sk), sk, false);
 	err = sd_link_ask(sock_net(sk), &sd_sk(sk)->local, dst, uid, gid,
 			  timeo, &w);
 	if (err == -ENOENT) {
@@ -1836,6 +1842,8 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	err = sd_link_rules(sk, dst, job->uid, job->gid, reason);
 	if (err)
 		goto out;
+	job->lw.tx_size = sd_ring_size(sock_net(sk), sk, true);
+	job->lw.rx_size = sd_ring_size(sock_net(sk), sk, false);
 	sd_connect_begin(sk);
 	err = sd_link_ask_async(sock_net(sk), &sd_sk(sk)->local, dst,
 				job->uid, job->gid,

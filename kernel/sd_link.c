@@ -283,7 +283,8 @@ static int sd_link_put_addr(struct sk_buff *skb, int type,
 	return 0;
 }
 
-static int sd_link_send_connect(struct net *net, u32 portid, u64 id,
+static int sd_link_send_connect(struct net *net, u32 portid,
+				const struct sd_link_wait *w,
 				const struct sd_addr *src,
 				const struct sd_addr *dst, kuid_t uid,
 				kgid_t gid)
@@ -297,11 +298,13 @@ static int sd_link_send_connect(struct net *net, u32 portid, u64 id,
 		return -ENOMEM;
 	hdr = genlmsg_put(skb, 0, 0, &sd_link_family, 0, SD_LINK_CMD_CONNECT);
 	if (!hdr ||
-	    nla_put_u64_64bit(skb, SD_LINK_A_ID, id, SD_LINK_A_PAD) ||
+	    nla_put_u64_64bit(skb, SD_LINK_A_ID, w->id, SD_LINK_A_PAD) ||
 	    sd_link_put_addr(skb, SD_LINK_A_LOCAL, src) ||
 	    sd_link_put_addr(skb, SD_LINK_A_REMOTE, dst) ||
 	    nla_put_u32(skb, SD_LINK_A_UID, from_kuid_munged(ns, uid)) ||
-	    nla_put_u32(skb, SD_LINK_A_GID, from_kgid_munged(ns, gid))) {
+	    nla_put_u32(skb, SD_LINK_A_GID, from_kgid_munged(ns, gid)) ||
+	    nla_put_u32(skb, SD_LINK_A_TX_SIZE, w->tx_size) ||
+	    nla_put_u32(skb, SD_LINK_A_RX_SIZE, w->rx_size)) {
 		nlmsg_free(skb);
 		return -EMSGSIZE;
 	}
@@ -336,7 +339,7 @@ static int sd_link_send(struct net *net, const struct sd_addr *src,
 		mod_timer(&w->timer, jiffies + timeo);
 	spin_unlock(&sn->link_lock);
 
-	err = sd_link_send_connect(net, portid, w->id, src, dst, uid, gid);
+	err = sd_link_send_connect(net, portid, w, src, dst, uid, gid);
 	if (!err) {
 		sd_stat_inc(net, SD_STAT_LINK_UPCALLS);
 		return 0;
@@ -354,7 +357,9 @@ static int sd_link_send(struct net *net, const struct sd_addr *src,
 
 /*
  * Tell the daemon about a connect from @src to @dst and wait up to @timeo
- * for its verdict in @w (sd_link_wait, whose fields the caller zeroed).
+ * for its verdict in @w (sd_link_wait, whose fields the caller zeroed but
+ * for the ring sizes, which the daemon is told and a connection through
+ * it gets).
  * 0 with the answer in @w: verdict SD_LINK_*, or 0 when the daemon went
  * (or, @timeo 0, when nothing was awaited: the daemon only hears of it)
  * or when the time ran out (expired); for SD_LINK_VIA, @w->via is its
@@ -396,7 +401,7 @@ int sd_link_ask(struct net *net, const struct sd_addr *src,
  * @uid: the connecting task's user
  * @gid: and group
  * @timeo: how long the daemon has to answer (jiffies, not 0)
- * @w: the wait, zeroed, in the connect's job
+ * @w: the wait, zeroed but for its ring sizes, in the connect's job
  * @work: the job's end, which runs once when the verdict comes, the daemon
  *        goes or @timeo runs out; it calls sd_link_async_end() first
  *

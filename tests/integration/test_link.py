@@ -78,14 +78,17 @@ def verdict(d, cid, v, reason=None, fd=None):
     return d.request(SD_LINK_CMD_VERDICT, attrs).err
 
 
-def connect_in_a(host, port):
-    """A redirected socket of host A connecting to host:port in a thread;
-    (thread, result) where result gets "sock" and "rc"."""
+def connect_in_a(host, port, opts=()):
+    """A redirected socket of host A connecting to host:port in a thread,
+    after setsockopt of each (level, name, value) of opts; (thread,
+    result) where result gets "sock" and "rc"."""
     res = {}
 
     def run():
         with in_netns(NS[0]):
             c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+        for level, name, value in opts:
+            c.setsockopt(level, name, value)
         res["sock"] = c
         res["rc"] = Family.connect(c, host, port)
     t = threading.Thread(target=run)
@@ -307,6 +310,98 @@ def test_a_full_daemon_listener_leaves_tcp(hosts):
     assert after["fallback_busy"] - before["fallback_busy"] == 1
     assert after["link_via"] == before["link_via"]
     for s in (a, c, srv, lst, d, *fillers):
+def upcall_sizes(up):
+    """The upcall's (SD_LINK_A_TX_SIZE, SD_LINK_A_RX_SIZE)."""
+    return (struct.unpack("=I", up[SD_LINK_A_TX_SIZE])[0],
+            struct.unpack("=I", up[SD_LINK_A_RX_SIZE])[0])
+
+
+SO_SNDBUFFORCE = 32
+KIB = 1024
+
+
+def test_the_upcall_states_the_ring_sizes(hosts):
+    """The upcall carries the sizes of the connecting socket's send and
+    receive ring: the namespace's default, or SO_SNDBUF and SO_RCVBUF
+    (half the value the kernel keeps, rounded up to a power of two,
+    within ring_size_max).  Through the daemon's listener the rings are
+    those, and the daemon's end mirrors them."""
+    assert ns_sysctl(NS[0], "ring_size", 64 * KIB) is None
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(4)
+    sol = socket.SOL_SOCKET
+    cases = [
+        ((), (64 * KIB, 64 * KIB)),
+        (((sol, socket.SO_SNDBUF, 20000), (sol, socket.SO_RCVBUF, 100000)),
+         (32 * KIB, 128 * KIB)),
+        (((sol, socket.SO_RCVBUF, 8 * KIB),), (64 * KIB, 8 * KIB)),
+        # Past ring_size_max (4 MiB): held to it.
+        (((sol, SO_SNDBUFFORCE, 8 * 1024 * KIB),), (4096 * KIB, 64 * KIB)),
+    ]
+    for opts, sizes in cases:
+        t, res = connect_in_a(ADDR[1], 4247, opts)
+        up = upcall(d)
+        assert upcall_sizes(up) == sizes, opts
+        cid = struct.unpack("=Q", up[SD_LINK_A_ID])[0]
+        assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+        t.join(30)
+        assert res["rc"] == "OK"
+        c = res["sock"]
+        a = Family.accept(lst)
+        assert ring_sizes(c) == sizes, opts
+        assert ring_sizes(a) == sizes[::-1], opts
+        c.sendall(b"sized")
+        assert a.recv(64) == b"sized"
+        for s in (a, c):
+            s.close()
+    for s in (lst, d):
+        s.close()
+
+
+def test_ring_sizes_are_fixed_as_the_connect_begins(hosts):
+    """Settings changed while a connect waits for the verdict change
+    nothing: its rings are the sizes the daemon was told, which the
+    other host has mirrored meanwhile (blocking: net.sd.ring_size and
+    ring_size_max; non-blocking: SO_SNDBUF and SO_RCVBUF too)."""
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(4)
+    t, res = connect_in_a(ADDR[1], 4248,
+                          [(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * KIB)])
+    up = upcall(d)
+    assert upcall_sizes(up) == (128 * KIB, 16 * KIB)
+    assert ns_sysctl(NS[0], "ring_size", 8 * KIB) is None
+    assert ns_sysctl(NS[0], "ring_size_max", 8 * KIB) is None
+    cid = struct.unpack("=Q", up[SD_LINK_A_ID])[0]
+    assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+    t.join(30)
+    assert res["rc"] == "OK"
+    a = Family.accept(lst)
+    assert ring_sizes(res["sock"]) == (128 * KIB, 16 * KIB)
+    assert ring_sizes(a) == (16 * KIB, 128 * KIB)
+    for s in (a, res["sock"]):
+        s.close()
+
+    c = nonblocking_connect_in_a(ADDR[1], 4249)
+    up = upcall(d)
+    assert upcall_sizes(up) == (8 * KIB, 8 * KIB)
+    assert ns_sysctl(NS[0], "ring_size_max", 4096 * KIB) is None
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 * KIB)
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KIB)
+    cid = struct.unpack("=Q", up[SD_LINK_A_ID])[0]
+    assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
+    assert connect_ended(c) == 0
+    a = Family.accept(lst)
+    assert ring_sizes(c) == (8 * KIB, 8 * KIB)
+    assert ring_sizes(a) == (8 * KIB, 8 * KIB)
+    for s in (a, c, lst, d):
         s.close()
 
 

@@ -17,6 +17,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -439,9 +440,11 @@ RVETH = ("sdlrv0", "sdlrv1")
 RDEV = ("sdlr0", "sdlr1")
 RADDR = ("10.84.0.1", "10.84.0.2")
 RTABLE = (184, 185)
-SOL_SD, SD_TRANSPORT, SD_TRANSPORT_RDMA = 0x5344, 8, 2
+SOL_SD, SD_MMAP_OFFSETS, SD_TRANSPORT, SD_TRANSPORT_RDMA = 0x5344, 1, 8, 2
+SO_RCVBUFFORCE = 33
 SDRUN = TOP / "build" / "user" / "lib" / "shim" / "sdrun"
-MIB = 1024 * 1024
+KIB = 1024
+MIB = 1024 * KIB
 
 
 @pytest.fixture(scope="module")
@@ -692,29 +695,109 @@ def test_rdma_accept_rule_refuses(linked):
     lst.close()
 
 
-def test_rdma_ring_size_mismatch_is_reset(linked):
-    """A program that sized its send ring (SO_SNDBUF) unlike the namespace's
-    default: its connect succeeds, as the daemons agreed on the default,
-    and its daemon resets it at once (the rings cannot mirror each other).
-    The next connect, with the default, is carried."""
+def ring_sizes(s):
+    """(tx, rx): bytes in the data area of each ring of s."""
+    off = struct.unpack("=24Q", s.getsockopt(SOL_SD, SD_MMAP_OFFSETS, 192))
+    return off[4], off[12 + 4]
+
+
+def test_rdma_rings_sized_by_the_program(linked):
+    """A program of A that sized its send and receive ring itself
+    (SO_SNDBUF, SO_RCVBUF: 16 KiB and 1 MiB, the default being 128 KiB)
+    is carried with those rings, B's end mirroring them whatever B's
+    listener set (8 KiB and 256 KiB: an accepted socket's rings are its
+    client's, as locally); 768 KiB each way at once arrive intact, and
+    no daemon finds a ring of another size."""
     _, da, db = linked
     lst, port = sd_listener()
-    c = client(port, [(socket.SOL_SOCKET, socket.SO_SNDBUF, 32 * 1024)])
-    with pytest.raises(ConnectionResetError):
-        c.recv(1)
-    c.close()
-    da.expect("(SO_SNDBUF or SO_RCVBUF): reset")
-    # B's end was queued when B accepted; it is reset.
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 * KIB)
+    lst.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 256 * KIB)
+    before = link_counts()
+    c = client(port, [(socket.SOL_SOCKET, socket.SO_SNDBUF, 16 * KIB),
+                      (socket.SOL_SOCKET, SO_RCVBUFFORCE, MIB)])
     s = accept(lst)
-    expect_end(s)
-    s.close()
-    c, s = carried_pair(lst, port)
-    c.sendall(b"fine")
-    assert recv_all(s, 4) == b"fine"
+    for end in (c, s):
+        assert end.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    after = link_counts()
+    assert {k: after[k] - before[k] for k in after} == {"via": 1, "incoming": 1}
+    da.expect(f"rings {16 * KIB} and {MIB}")
+    assert ring_sizes(c) == (16 * KIB, MIB)
+    assert ring_sizes(s) == (MIB, 16 * KIB)
+    up, down = os.urandom(768 * KIB), os.urandom(768 * KIB)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("up", recv_all(s, len(up))))
+    t.start()
+    w = threading.Thread(target=s.sendall, args=(down,))
+    w.start()
+    c.sendall(up)
+    assert recv_all(c, len(down)) == down
+    t.join(WAIT)
+    w.join(WAIT)
+    assert got["up"] == up
     c.close()
+    expect_eof(s)
     s.close()
-    assert da.stop() == 0
-    assert counters(da)["mismatched"] == 1
+    lst.close()
+    da.expect("connect 1: done")
+    db.expect("connect 1: done")
+    assert da.stop() == 0 and db.stop() == 0
+    for d in (da, db):
+        k = counters(d)
+        assert k["carried"] == 1 and k["resets"] == 0 and \
+            k["mismatched"] == 0, k
+        assert "SO_SNDBUF or SO_RCVBUF" not in d.text()
+
+
+def test_rdma_ring_sizes_hold_while_the_peer_answers(linked):
+    """The mismatch this test used to provoke, a program that set
+    SO_SNDBUF unlike net.sd.ring_size, and the one a net.sd.ring_size
+    changed while the connect waited for B's answer would have made, no
+    longer happen: the kernel fixes the sizes as the connect begins and
+    states them in the upcall, and the connection gets them.  (Only with
+    a module whose upcall states no sizes can the daemon still find the
+    program's rings otherwise, and reset the connection.)  B's daemon is
+    stopped until A's daemon has the upcall, and A's ring_size changes
+    meanwhile; the connection is carried, with the rings of the upcall."""
+    _, da, db = linked
+    lst, port = sd_listener()
+    db.p.send_signal(signal.SIGSTOP)
+    try:
+        res = {}
+
+        def connect():
+            res["c"] = client(port, [(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                      32 * KIB)])
+        t = threading.Thread(target=connect)
+        t.start()
+        da.expect(f"rings {32 * KIB} and {128 * KIB}")
+        assert ns_sysctl(A, "ring_size", 8 * KIB) is None
+    finally:
+        db.p.send_signal(signal.SIGCONT)
+    t.join(WAIT)
+    c = res["c"]
+    s = accept(lst)
+    for end in (c, s):
+        assert end.getsockopt(SOL_SD, SD_TRANSPORT) == SD_TRANSPORT_RDMA
+    assert ring_sizes(c) == (32 * KIB, 128 * KIB)
+    assert ring_sizes(s) == (128 * KIB, 32 * KIB)
+    # More than the rings hold: the reader runs meanwhile.
+    data = os.urandom(200 * KIB)
+    w = threading.Thread(target=c.sendall, args=(data,))
+    w.start()
+    assert recv_all(s, len(data)) == data
+    w.join(WAIT)
+    w = threading.Thread(target=s.sendall, args=(data[::-1],))
+    w.start()
+    assert recv_all(c, len(data)) == data[::-1]
+    w.join(WAIT)
+    c.close()
+    expect_eof(s)
+    s.close()
+    da.expect("connect 1: done")
+    db.expect("connect 1: done")
+    assert da.stop() == 0 and db.stop() == 0
+    k = counters(da)
+    assert k["carried"] == 1 and k["mismatched"] == 0 and k["resets"] == 0, k
 
 
 FORKER = r"""

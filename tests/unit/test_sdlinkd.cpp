@@ -337,6 +337,13 @@ enum Field : unsigned {
 	F_NO_PORT = 128,	// REMOTE without its port
 	F_UNKNOWN = 256,	// an attribute of a type from the future
 	F_UID_U8 = 512,		// the uid as a u8
+	F_TX = 1024,		// SD_LINK_A_TX_SIZE
+	F_RX = 2048,		// SD_LINK_A_RX_SIZE
+	F_SIZES = F_TX | F_RX,
+	F_TX_ODD = 4096,	// TX_SIZE not a power of two
+	F_RX_BIG = 8192,	// RX_SIZE above SD_RING_MAX_SIZE
+	F_RX_SMALL = 16384,	// RX_SIZE below SD_RING_MIN_SIZE
+	F_TX_U64 = 32768,	// TX_SIZE as a u64
 };
 
 const In6 REMOTE = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2};
@@ -368,6 +375,14 @@ nlmsghdr *build(unsigned fields, std::uint8_t cmd = SD_LINK_CMD_CONNECT, int fam
 		nla_put_u32(m, SD_LINK_A_UID, 1000);
 	if (fields & F_GID)
 		nla_put_u32(m, SD_LINK_A_GID, 100);
+	if (fields & F_TX_U64)
+		nla_put_u64(m, SD_LINK_A_TX_SIZE, 1 << 16);
+	else if (fields & F_TX)
+		nla_put_u32(m, SD_LINK_A_TX_SIZE, fields & F_TX_ODD ? 3 << 14 : 1 << 21);
+	if (fields & F_RX)
+		nla_put_u32(m, SD_LINK_A_RX_SIZE,
+			    fields & F_RX_BIG ? SD_RING_MAX_SIZE << 1 :
+			    fields & F_RX_SMALL ? SD_RING_MIN_SIZE >> 1 : 1 << 13);
 	if (fields & F_UNKNOWN)
 		nla_put_u32(m, 200, 5);
 	const nlmsghdr *h = nlmsg_hdr(m);
@@ -397,8 +412,30 @@ void upcall_whole(void **)
 	assert_int_equal(up.local.port, 0);
 	assert_int_equal(up.uid, 1000);
 	assert_int_equal(up.gid, 100);
+	// An older module's: no ring sizes.
+	assert_int_equal(up.tx_size, 0);
+	assert_int_equal(up.rx_size, 0);
 	// A newer kernel's attribute is skipped.
 	assert_parse(build(F_ALL | F_UNKNOWN), OK);
+}
+
+void upcall_ring_sizes(void **)
+{
+	Upcall up;
+	assert_int_equal(static_cast<int>(parse_upcall(build(F_ALL | F_SIZES), FAMILY, up)),
+			 static_cast<int>(UpcallParse::OK));
+	assert_int_equal(up.tx_size, 1 << 21);
+	assert_int_equal(up.rx_size, 1 << 13);
+	assert_true(up.id == 0x1122334455667788ULL);
+	// Both or neither, each a u32 the kernel could make a ring of.
+	assert_parse(build(F_ALL | F_TX), BAD);
+	assert_parse(build(F_ALL | F_RX), BAD);
+	assert_parse(build(F_ALL | F_SIZES | F_TX_ODD), BAD);
+	assert_parse(build(F_ALL | F_SIZES | F_RX_BIG), BAD);
+	assert_parse(build(F_ALL | F_SIZES | F_RX_SMALL), BAD);
+	assert_parse(build(F_ALL | F_SIZES | F_TX_U64), BAD);
+	// Without an id, still nothing to answer.
+	assert_parse(build((F_ALL & ~F_ID) | F_SIZES), NO_ID);
 }
 
 void upcall_malformed(void **)
@@ -465,6 +502,7 @@ int main(void)
 		cmocka_unit_test(session_ends),
 		cmocka_unit_test(upcall_whole),
 		cmocka_unit_test(upcall_malformed),
+		cmocka_unit_test(upcall_ring_sizes),
 		cmocka_unit_test(fabric_key_lengths),
 	};
 	return cmocka_run_group_tests_name("sdlinkd", tests, nullptr, nullptr);

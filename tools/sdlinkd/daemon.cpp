@@ -558,8 +558,9 @@ void Daemon::on_upcall(const Upcall &up, bool bad, Time now)
 		decide(up.id, Outcome::FAILED);
 		return;
 	}
-	debug("connect %llu (uid %u) from %s to %s", id, up.uid,
-	      text(up.local.addr, up.local.port).c_str(), text(up.remote.addr, up.remote.port).c_str());
+	debug("connect %llu (uid %u) from %s to %s, rings %u and %u", id, up.uid,
+	      text(up.local.addr, up.local.port).c_str(), text(up.remote.addr, up.remote.port).c_str(),
+	      up.tx_size, up.rx_size);
 	if (pending_.contains(up.id)) {
 		note("connect %llu: asked about twice; ignoring the second", id);
 		return;
@@ -598,9 +599,16 @@ void Daemon::on_upcall(const Upcall &up, bool bad, Time now)
 	p.msg.dst = up.remote;
 	p.msg.uid = up.uid;
 	p.msg.gid = up.gid;
-	// What the program's rings are unless it set SO_SNDBUF or SO_RCVBUF
-	// (then accept_via() finds them otherwise, and resets it).
-	p.msg.send_size = p.msg.recv_size = ring_size();
+	// The program's rings, which the peer mirrors.  A module that does
+	// not say gives them net.sd.ring_size, unless the program set
+	// SO_SNDBUF or SO_RCVBUF: then accept_via() finds them otherwise,
+	// and resets it.
+	if (up.tx_size) {
+		p.msg.send_size = up.tx_size;
+		p.msg.recv_size = up.rx_size;
+	} else {
+		p.msg.send_size = p.msg.recv_size = ring_size();
+	}
 	c->pending++;
 	c->last_use = now;
 	auto [it, fresh] = pending_.emplace(up.id, p);

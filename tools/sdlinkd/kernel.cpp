@@ -80,6 +80,12 @@ std::string extack_of(const nlmsghdr *h)
 	return {s, strnlen(s, static_cast<std::size_t>(nla_len(m)))};
 }
 
+// A ring size the kernel can make (SD_LINK_CMD_INCOMING's range).
+bool ring_size_ok(std::uint32_t v) noexcept
+{
+	return v >= SD_RING_MIN_SIZE && v <= SD_RING_MAX_SIZE && !(v & (v - 1));
+}
+
 } // namespace
 
 UpcallParse parse_upcall(nlmsghdr *h, int family_id, Upcall &out) noexcept
@@ -97,6 +103,11 @@ UpcallParse parse_upcall(nlmsghdr *h, int family_id, Upcall &out) noexcept
 		return UpcallParse::NO_ID;
 	if (!parse_addr(tb[SD_LINK_A_LOCAL], out.local) || !parse_addr(tb[SD_LINK_A_REMOTE], out.remote) ||
 	    !exact(tb[SD_LINK_A_UID], out.uid) || !exact(tb[SD_LINK_A_GID], out.gid))
+		return UpcallParse::BAD;
+	if (!tb[SD_LINK_A_TX_SIZE] && !tb[SD_LINK_A_RX_SIZE])
+		return UpcallParse::OK;		// an older module's
+	if (!exact(tb[SD_LINK_A_TX_SIZE], out.tx_size) || !exact(tb[SD_LINK_A_RX_SIZE], out.rx_size) ||
+	    !ring_size_ok(out.tx_size) || !ring_size_ok(out.rx_size))
 		return UpcallParse::BAD;
 	return UpcallParse::OK;
 }

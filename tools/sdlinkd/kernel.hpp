@@ -38,6 +38,13 @@ struct Upcall {
 	sdlink::SockAddr remote;
 	std::uint32_t uid = 0;
 	std::uint32_t gid = 0;
+	// Bytes of the data area of the program's send and receive ring,
+	// which a connection through this daemon gets; both 0 when the
+	// module does not say (one older than SD_LINK_A_TX_SIZE in the
+	// upcall: then they are net.sd.ring_size unless the program set
+	// SO_SNDBUF or SO_RCVBUF).
+	std::uint32_t tx_size = 0;
+	std::uint32_t rx_size = 0;
 };
 
 enum class UpcallParse {
@@ -48,8 +55,10 @@ enum class UpcallParse {
 };
 
 // One netlink message as an upcall of the family family_id.  Every
-// attribute the daemon reads must be there with exactly its size;
-// attributes of types it does not know (a newer kernel's) are skipped.
+// attribute the daemon reads must be there with exactly its size, but
+// the ring sizes, which are both there (each a power of two within
+// SD_RING_MIN_SIZE and SD_RING_MAX_SIZE) or neither; attributes of types
+// it does not know (a newer kernel's) are skipped.
 UpcallParse parse_upcall(nlmsghdr *h, int family_id, Upcall &out) noexcept;
 
 // The namespace's fabric key (sdctl key set), wiped when it goes.

@@ -12,7 +12,13 @@
  *                          socket: a redirected socket connects to an
  *                          address of another host and waits for the
  *                          verdict.  SD_LINK_A_ID, SD_LINK_A_LOCAL,
- *                          SD_LINK_A_REMOTE, SD_LINK_A_UID, SD_LINK_A_GID
+ *                          SD_LINK_A_REMOTE, SD_LINK_A_UID, SD_LINK_A_GID,
+ *                          SD_LINK_A_TX_SIZE, SD_LINK_A_RX_SIZE: bytes in
+ *                          the data area of the connecting socket's send
+ *                          and receive ring, the sizes its rings get if
+ *                          the verdict is SD_LINK_VIA (from SO_SNDBUF,
+ *                          SO_RCVBUF and net.sd.ring_size as the connect
+ *                          began; a module without them: net.sd.ring_size)
  *   SD_LINK_CMD_VERDICT    admin, do, from the registered socket only:
  *                          SD_LINK_A_ID and SD_LINK_A_VERDICT; with
  *                          SD_LINK_TCP an SD_LINK_A_REASON (SD_FALLBACK_*),
