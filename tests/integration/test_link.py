@@ -310,6 +310,9 @@ def test_a_full_daemon_listener_leaves_tcp(hosts):
     assert after["fallback_busy"] - before["fallback_busy"] == 1
     assert after["link_via"] == before["link_via"]
     for s in (a, c, srv, lst, d, *fillers):
+        s.close()
+
+
 def upcall_sizes(up):
     """The upcall's (SD_LINK_A_TX_SIZE, SD_LINK_A_RX_SIZE)."""
     return (struct.unpack("=I", up[SD_LINK_A_TX_SIZE])[0],
