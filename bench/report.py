@@ -795,16 +795,21 @@ REMOTE_NAMES = {
     "tcp": "TCP",
 }
 REMOTE_HOW = {
-    "sd-rdma": "sockperf under sdrun, libsd's bridge",
+    "sd-rdma": "sockperf under sdrun, sdlinkd on both guests",
     "sd-rdma-poll": "the same with SD_SPIN_US",
     "rsocket-poll": "the same with polling_time",
     "sd-rdma-proto": "sd_rdma_pipe, no module, 64 B round trips",
     "rdma-write": "perftest ib_write_lat, ib_write_bw",
     ("rsocket", "sockperf"): "sockperf, LD_PRELOAD=librsfix.so librspreload.so",
     ("rsocket", "rstream"): "rstream (rdmacm-utils), blocking",
-    "sd-fallback": "sockperf under sdrun, SD_RDMA=0",
+    "sd-fallback": "sockperf under sdrun, B's sdlinkd --no-rdma",
     "tcp": "sockperf",
 }
+# The link daemons' counts per message that bench/remote records for the
+# sd rows (both daemons together), and per payload byte for a throughput.
+DAEMON_PER_MSG = ("writes_per_msg", "copies_per_msg", "wakes_per_msg",
+                  "syscalls_per_msg", "sleeps_per_msg", "writes_per_byte",
+                  "rdma_bytes_per_byte")
 # The targets of issue #7 ("Between hosts").
 REMOTE_RTT_TARGET = 1.3
 SMALL_REMOTE = 64       # bench/remote's SMALL: the round trip's size
@@ -824,18 +829,32 @@ def remote_name(key):
     return f"{REMOTE_NAMES.get(t, t)} ({how})" if how else REMOTE_NAMES.get(t, t)
 
 
+def daemon_totals(ds):
+    """The link daemons' connections carried, resets, mismatched rings and
+    bytes copied, summed over the records ds, per side (None when a
+    record has no daemons' counters)."""
+    if not all(d.get("daemon_a") and d.get("daemon_b") for d in ds):
+        return None
+    return {f"{k}_{side}": sum(d[f"daemon_{side}"].get(k, 0) for d in ds)
+            for k in ("carried", "resets", "mismatched", "copies") for side in "ab"}
+
+
 def remote_point(ds):
     """One figure from the records of one row, test and size: the first
     pass's record with the median of every round's value (and the rounds'
     values, in their order, when there were more)."""
+    totals = daemon_totals(ds)
     if len(ds) == 1:
-        return ds[0]
+        return {**ds[0], "daemon_totals": totals} if totals else ds[0]
     ds = sorted(ds, key=lambda d: d.get("round", 0))
     p = dict(ds[0])
     p["value"] = statistics.median([d["value"] for d in ds])
     p["stat"] = f"median of {len(ds)} rounds' {ds[0].get('stat', 'figures')}"
     p["rounds"] = [{"round": d.get("round", 0), "value": d["value"]} for d in ds]
-    for k in ("client_vcsw_per_rt", "client_cpu_us_per_rt", "rtt_us_avg"):
+    if totals:
+        p["daemon_totals"] = totals
+    for k in ("client_vcsw_per_rt", "client_cpu_us_per_rt", "rtt_us_avg",
+              "messages") + DAEMON_PER_MSG:
         if all(k in d for d in ds):
             p[k] = statistics.median([d[k] for d in ds])
     return p
@@ -864,7 +883,10 @@ def remote(lines):
         many.setdefault(remote_key(d), {}).setdefault(col, []).append(d)
         for side in ("a", "b"):
             fb = fallback.setdefault(d["transport"], {"a": {}, "b": {}})
-            for k, v in (d.get(f"fallback_{side}") or {}).items():
+            # module_*: the module's fallback_* and link_* counters that
+            # moved; fallback_*: the same in runs before the daemon.
+            for k, v in (d.get(f"module_{side}") or d.get(f"fallback_{side}")
+                         or {}).items():
                 fb[side][k] = fb[side].get(k, 0) + v
     rows = {key: {col: remote_point(ds) for col, ds in cols.items()}
             for key, cols in many.items()}
@@ -1035,6 +1057,53 @@ def remote_targets_md(t):
     return "; ".join(parts)
 
 
+def g3(x):
+    return "–" if x is None else f"{x:.3g}"
+
+
+def daemon_counts_md(rm):
+    """The table of the link daemons' counts per message (and per byte),
+    for the rows that have them."""
+    rows = []
+    for r in rm["results"]:
+        for c in rm["columns"]:
+            p = r["points"].get(c)
+            if not p or not p.get("daemon_totals"):
+                continue
+            test, size = c.split("/")
+            t = p["daemon_totals"]
+            rows.append([
+                r["name"],
+                f"{'round trip' if test == 'pingpong' else 'throughput'} "
+                f"{size_name(int(size))}",
+                str(round(p["messages"])) if "messages" in p else "–",
+                g3(p.get("writes_per_msg")),
+                g3(p.get("writes_per_byte")),
+                g3(p.get("rdma_bytes_per_byte")),
+                g3(p.get("copies_per_msg")),
+                g3(p.get("wakes_per_msg")),
+                g3(p.get("syscalls_per_msg")),
+                g3(p.get("sleeps_per_msg")),
+                f"{t['carried_a']}, {t['carried_b']}",
+                f"{t['resets_a']}, {t['resets_b']}"])
+    if not rows:
+        return []
+    return ["The link daemons' counts (sdlinkd --verbose, its counters at exit; "
+            "both daemons together), per message of sockperf's run (its messages "
+            "sent, and for a round trip the replies, warm-up included): RDMA "
+            "writes posted (data, credit and control), bytes a CPU copied, "
+            "wake-up system calls for the programs (SD_IOC_WAKE), other system "
+            "calls on carried sockets, and the daemons' sleeps with a carried "
+            "connection open; for a throughput also RDMA writes and RDMA bytes "
+            "per payload byte.  They do not depend on the emulator's speed; "
+            "with rounds, the medians of the rounds, and the connections and "
+            "resets summed over them.  A dash: the row's connection was not "
+            "carried.", ""] + table(
+        ["transport", "test", "messages", "RDMA writes/msg", "writes/byte",
+         "RDMA bytes/byte", "bytes copied/msg", "wake-ups/msg", "other syscalls/msg",
+         "sleeps/msg", "carried (A, B)", "resets (A, B)"], rows, left=2) + [""]
+
+
 def remote_md(rm, meta):
     if not rm:
         return []
@@ -1075,8 +1144,16 @@ def remote_md(rm, meta):
             md += [f"Every program measured, client and server, ran on processor "
                    f"{pin} of its guest, which also took the interrupts of the "
                    "guest's network queues (SD_BENCH_REMOTE_PIN).", ""]
+    if any(r["transport"].startswith("sd-rdma") or r["transport"] == "sd-fallback"
+           for r in rm["results"]):
+        md += ["AF_SD rows: each measurement has a link daemon (sdlinkd) of its own "
+               "on each guest, with the same fabric key: AF_SD over RDMA, both "
+               "daemons with the guests' soft-RoCE devices; TCP fallback, guest B's "
+               "daemon with --no-rdma (the connection counted as fallback_no_rdma).",
+               ""]
     if m.get("poll_us") is not None:
-        md += [f"Busy-polling rows: AF_SD with SD_SPIN_US={m['poll_us']}, rsocket "
+        md += [f"Busy-polling rows: AF_SD with SD_SPIN_US={m['poll_us']} (libsd "
+               "spins that long before a blocking call sleeps), rsocket "
                f"with polling_time {m['poll_us']} µs (/etc/rdma/rsocket), both "
                "spinning through the round trip as ib_write_lat does "
                "(SD_BENCH_REMOTE_POLL_US); the other rows wait as each library "
@@ -1116,6 +1193,7 @@ def remote_md(rm, meta):
         rows.append(row)
     if rows:
         md += table(head, rows) + [""]
+    md += daemon_counts_md(rm)
     rtt = f"pingpong/{SMALL_REMOTE}"
     by = [(r["name"], r["points"][rtt]) for r in rm["results"]
           if rtt in r["points"]]

@@ -128,7 +128,7 @@ def test_results_md_and_the_kept_file(tmp_path):
                 "| 1 | 2 | 2.4 | 1.20× |",                     # a paired round
                 "| guest | libsd, zero copy |",
                 "| sockperf | ping-pong 64 B | latency_us |",
-                "| AF_SD over RDMA (sockperf under sdrun, libsd's bridge) | 700 | 1.17× |"):
+                "| AF_SD over RDMA (sockperf under sdrun, sdlinkd on both guests) | 700 | 1.17× |"):
         assert row in md, row
     assert "## Host: natively, no module" in md and "## Guest: QEMU TCG, 2 vCPUs" in md
 

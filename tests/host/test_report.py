@@ -181,11 +181,60 @@ def test_bench_remote_refuses_bad_settings():
     import subprocess
     import sys
     for key, bad in (("SD_BENCH_REMOTE_POLL_US", "0"), ("SD_BENCH_REMOTE_POLL_US", "3ms"),
-                     ("SD_BENCH_REMOTE_PIN", "-1"), ("SD_BENCH_REMOTE_ROUNDS", "0")):
+                     ("SD_BENCH_REMOTE_PIN", "-1"), ("SD_BENCH_REMOTE_ROUNDS", "0"),
+                     ("SD_BENCH_REMOTE_ROWS", "tcp,sd-bridge")):
         out = subprocess.run([sys.executable, str(TOP / "bench" / "remote"), "/nonexistent"],
                              capture_output=True, text=True, timeout=60,
                              env=dict(os.environ, **{key: bad}))
         assert out.returncode != 0 and f"{key}={bad!r}" in out.stderr, (key, bad, out)
+
+
+def daemons(carried=1, writes=0, wakes=0, resets=0):
+    return {"carried": carried, "writes": writes, "bytes": 0, "copies": 0,
+            "wakes": wakes, "syscalls": 1, "sleeps": 0, "resets": resets,
+            "mismatched": 0}
+
+
+def test_the_daemons_counts_per_message():
+    """The sd rows' records carry the link daemons' counters and counts per
+    message: the report gives the medians of the rounds, the connections
+    and resets summed, in a table of their own; the module's counters
+    (module_a, module_b) are summed per row; rows without daemons are
+    not in that table."""
+    lines = [rtt("rdma-write", "ib_write_lat", 500.0)]
+    for i, (w, k) in enumerate(((2.0, 1.0), (2.5, 0.5), (3.0, 1.0))):
+        lines.append(rtt("sd-rdma", "sockperf", 1000.0, i, messages=2000,
+                         writes_per_msg=w, copies_per_msg=0.0, wakes_per_msg=k,
+                         syscalls_per_msg=0.001, sleeps_per_msg=1.0,
+                         daemon_a=daemons(writes=2000, wakes=1000),
+                         daemon_b=daemons(writes=2000, resets=i == 2),
+                         module_a={"link_via": 1}, module_b={"link_incoming": 1}))
+    lines.append(dict(rate("sd-rdma", "sockperf", 1e4), messages=10000,
+                      writes_per_msg=0.2, writes_per_byte=0.003125,
+                      rdma_bytes_per_byte=1.13, copies_per_msg=0.0,
+                      daemon_a=daemons(), daemon_b=daemons()))
+    lines.append(rtt("sd-fallback", "sockperf", 900.0, messages=2000,
+                     daemon_a=daemons(carried=0), daemon_b=daemons(carried=0),
+                     module_a={"fallback_no_rdma": 1, "link_upcalls": 1}))
+    lines.append(rtt("tcp", "sockperf", 800.0))
+    rm = report.remote(lines)
+    p = point(rm, "sd-rdma")
+    assert p["writes_per_msg"] == 2.5 and p["wakes_per_msg"] == 1.0
+    assert p["daemon_totals"]["carried_a"] == 3 and p["daemon_totals"]["resets_b"] == 1
+    assert rm["fallback"]["sd-rdma"]["a"] == {"link_via": 3}
+    assert rm["fallback"]["sd-fallback"]["a"] == {"fallback_no_rdma": 1, "link_upcalls": 1}
+    md = "\n".join(report.remote_md(rm, {}))
+    assert "The link daemons' counts" in md
+    row = [l for l in md.splitlines()
+           if l.startswith("| AF_SD over RDMA") and "| round trip 64 B |" in l]
+    assert row == ["| AF_SD over RDMA (sockperf under sdrun, sdlinkd on both guests) "
+                   "| round trip 64 B | 2000 | 2.5 | – | – | 0 | 1 | 0.001 | 1 "
+                   "| 3, 3 | 0, 1 |"], md
+    assert "| throughput 64 B | 10000 | 0.2 | 0.00313 | 1.13 | 0 |" in md
+    fb = [l for l in md.splitlines() if l.startswith("| AF_SD under sdrun, TCP fallback")]
+    assert len(fb) == 2 and "| – | – | – | – | – | – | – | 0, 0 | 0, 0 |" in fb[1]
+    assert not any(l.startswith("| TCP (sockperf) | round trip") for l in md.splitlines())
+    assert "fallback_no_rdma 1" in md
 
 
 def test_message_rates_in_rounds():
