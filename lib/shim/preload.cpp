@@ -105,9 +105,6 @@ __attribute__((destructor)) void shim_fini()
 		if (n > 0)
 			(void)real::write()(fd, buf, static_cast<size_t>(n));
 	}
-	char rdma[512];
-	if (const int n = sd_rdma_trace(rdma, sizeof(rdma)); n > 0)
-		(void)real::write()(fd, rdma, std::min(static_cast<size_t>(n), sizeof(rdma) - 1));
 	(void)real::close()(fd);
 }
 
