@@ -16,14 +16,8 @@
 // When the shim calls a hook:
 //   - for calls on one descriptor: only when the fd is an AF_SD socket
 //     (FdTable::kind), never for any other fd;
-//   - socket, socketpair, fork, _exit: on every call (redirection of
-//     AF_INET, the token hand-over on fork and the RDMA bridge's drain
-//     need them whatever the family); the _exit hook never handles the
-//     call;
-//   - execve, execv, execvp, execvpe, fexecve (and execl, execle, execlp,
-//     through them): sd_exec_prepare() before every call (the RDMA bridge
-//     hands its connections to the next image), and sd_exec_failed() after
-//     one that failed; the shim makes the call itself;
+//   - socket, socketpair, fork: on every call (redirection of AF_INET
+//     and the token hand-over on fork need them whatever the family);
 //   - poll, ppoll, select, pselect: when one of the fds is an AF_SD socket;
 //     epoll_wait, epoll_pwait, epoll_pwait2: when an AF_SD socket was added
 //     to that epoll fd; epoll_create, epoll_create1 and epoll_ctl: on every
@@ -86,6 +80,3 @@ bool sd_fd_tracked(int fd) noexcept;
 // hook).
 bool sd_fds_deferred() noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
-// An exec is about to be made; then, if it failed, this image goes on.
-void sd_exec_prepare() noexcept;
-void sd_exec_failed() noexcept;
