@@ -4,7 +4,6 @@
 // (fast.cpp) and readiness (ready.cpp).  See Documentation/libsd.rst.
 #pragma once
 
-#include "hooks.hpp"
 #include "shim.hpp"
 #include "signals.hpp"
 
@@ -104,17 +103,6 @@ inline std::int64_t now_ns()
 {
 	timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
-
-// The clock at the kernel's tick: where the clock source is not the TSC
-// (the test guests' HPET) now_ns() is a system call and a device access,
-// this one neither (the vDSO answers it from its own copy).  For times
-// far longer than a tick.
-inline std::int64_t coarse_ns()
-{
-	timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
 	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }
 
