@@ -190,10 +190,10 @@ public:
 
 	// Read nothing at or past stream position end: a record counts as
 	// not arrived yet unless it ends at or before end.  For a ring whose
-	// bytes another host writes by RDMA, which does not order the
-	// placement of a write's bytes, end is where the last completion
-	// said the stream ends (tests/progs/sd_rdma_pipe.cpp).  Without a call,
-	// the ring is read up to its credit, as the rules above allow.
+	// writer does not order the placement of a write's bytes (a device's
+	// write into it), end is where the last completion said the stream
+	// ends.  Without a call, the ring is read up to its credit, as the
+	// rules above allow.
 	void set_limit(std::uint64_t end) noexcept
 	{
 		limit_ = end;

@@ -42,8 +42,6 @@ namespace sd::shim::fast {
 
 std::atomic<Conn *> conns[MAX_CONNS];
 std::int64_t spin_ns = SPIN_NS;
-bool spin_given = false;
-std::atomic<unsigned> rdma_links{0};
 
 namespace {
 
@@ -207,7 +205,6 @@ Conn *get(int fd)
 	int fl = real::fcntl()(fd, F_GETFL);
 	c->nonblock.store(fl > 0 && (fl & O_NONBLOCK), std::memory_order_relaxed);
 	c->async.store(fl > 0 && (fl & O_ASYNC), std::memory_order_relaxed);
-	c->rdma_log.store(WaitLog{}, std::memory_order_relaxed);
 	c->rd_shut.store(false, std::memory_order_relaxed);
 	c->wr_shut.store(false, std::memory_order_relaxed);
 	init_side(c->tx, tx, off.tx, true);
@@ -518,10 +515,6 @@ constexpr int MAX_IOV = 64;
 // Wake the peer that flagged it sleeps (dir: the side we just moved).
 void wake_peer(int fd, std::uint32_t dir)
 {
-	// On an RDMA connection the peer is this process's bridge, whose
-	// work this thread may do as well.
-	if (rdma_links.load(std::memory_order_relaxed) && sd_rdma_wake(fd, dir))
-		return;
 	real::ioctl()(fd, SD_IOC_WAKE, &dir);
 }
 
@@ -623,11 +616,6 @@ Stop wait_room(int fd)
 }
 
 constexpr size_t PAGE = 4096;
-// The largest send that may skip the ring of an idle RDMA link
-// (sd_rdma_send()): a message, not a stream, whose one write is as soon
-// out as a ring's first; larger ones go by the ring, whose writes overlap
-// the program's copying.
-constexpr size_t RDMA_DIRECT_MAX = 4096;
 
 // Copy [b, b + len) into the ring as send_rest() would, adding to done.
 // Returns the last write's result (negative: stop).
@@ -799,13 +787,6 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	const size_t zt = want >= PAGE ? sd::zc::threshold() : 0;
 	if (zt && want >= zt) [[unlikely]] {
 		n = send_zc(fd, c, s, iov, iovcnt, flags, zt, done, stop);
-	} else if (want <= RDMA_DIRECT_MAX && rdma_links.load(std::memory_order_relaxed) &&
-		   sd_rdma_send(fd, iov, iovcnt, want)) {
-		// A small send on an idle RDMA link whose ring is empty goes
-		// from the program's buffers into the link's mirror and out,
-		// without the ring.
-		n = static_cast<ssize_t>(want);
-		done = want;
 	} else {
 		n = p.write(std::span<const iovec>(iov, static_cast<size_t>(iovcnt)));
 		__atomic_store_n(s.pos, p.tail(), __ATOMIC_RELAXED);
@@ -813,8 +794,6 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 			done = static_cast<size_t>(n);
 			if (p.take_wake())
 				wake_peer(fd, SD_TOKEN_TX);
-			else if (rdma_links.load(std::memory_order_relaxed))
-				sd_rdma_push(fd);
 		}
 		if (done < want && (n > 0 || n == -EAGAIN)) [[unlikely]]
 			n = send_rest(fd, c, s, iov, iovcnt, flags, want, done, stop);
@@ -872,49 +851,6 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	}
 }
 
-// A blocking receive on an RDMA connection found nothing after its spin:
-// its bytes come from this process's bridge, so it sleeps where the
-// bridge's completions wake it too (sd_rdma_wait()), with the side given
-// back meanwhile (busy 0: another process's call in the kernel may take
-// it).  True to look again (kernel_ready: the kernel says the socket has
-// something, look once and then go there); false to go on as without it,
-// with owned false if the side is not ours again, or werr set for the
-// call to fail with.  The wait's first sleep goes into the connection's
-// WaitLog (brief: the wait only looked briefly).
-bool rdma_sleep(int fd, Conn *c, Side &s, bool first, bool brief, bool &kernel_ready, bool &owned,
-		int &werr)
-{
-	sd::Consumer &q = s.consumer();
-	const int w = q.prepare_wait();
-
-	if (q.take_wake())
-		wake_peer(fd, SD_TOKEN_RX);
-	if (w != 1) {
-		// Something came meanwhile (or the ring failed): one more look.
-		kernel_ready = true;
-		return w == 0;
-	}
-	__atomic_store_n(s.pos, q.head(), __ATOMIC_RELAXED);
-	__atomic_store_n(s.off, q.rec_off(), __ATOMIC_RELAXED);
-	end(s);
-	const int r = sd_rdma_wait(fd);
-	const int e = errno;
-	owned = c->still(fd) && begin(c, s, false);
-	if (!owned || !r)
-		return false;
-	if (first) {
-		WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
-		log.slept(brief);
-		c->rdma_log.store(log, std::memory_order_relaxed);
-	}
-	if (r < 0) {
-		werr = e;
-		return false;
-	}
-	kernel_ready = r == 2;
-	return true;
-}
-
 // *inq, if given, is whether the socket's TCP_INQ is on (when the fast
 // path took the call): recvmsg's caller gave no room for its control
 // message, which TCP marks MSG_CTRUNC.
@@ -964,22 +900,12 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	}
 	Backoff backoff;
 	int rearm = 0;
-	bool reset = false, kernel_ready = false, owned = true, waited = false, slept = false;
-	bool brief = false, direct = false;
-	int werr = 0;
+	bool reset = false;
 	ssize_t n;
-	RdmaSpinning spinning;
 	const std::span<const iovec> to(iov, static_cast<size_t>(iovcnt));
 
 	for (;;) {
 		n = q.read(to);
-		// What landed for an RDMA connection while this thread waited
-		// comes straight from the landing area (sd_rdma_recv()).
-		if (n == -EAGAIN && direct && sd_rdma_left()) {
-			n = sd_rdma_recv(fd, iov, iovcnt, want, q);
-			if (!n)
-				n = q.read(to);
-		}
 		if (n == -EXDEV) [[unlikely]] {
 			n = recv_zc(fd, s, iov, iovcnt, want);
 			reset = n == -ECONNRESET;
@@ -987,18 +913,6 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		if (n > 0) {
 			if (q.take_wake())
 				wake_peer(fd, SD_TOKEN_RX);
-			// A spin (or a brief look) that found the data: spinning
-			// may pay here.  Halved, not cleared: a peer whose answers
-			// come in a spin now and then (a fifth of the round trips
-			// between the test hosts) would otherwise make every
-			// receive after it spin again in full.
-			if (waited && !slept) {
-				WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
-				if (log.misses) {
-					log.hit(brief);
-					c->rdma_log.store(log, std::memory_order_relaxed);
-				}
-			}
 			break;
 		}
 		if (n != -EAGAIN)
@@ -1008,39 +922,8 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 				continue;
 			break;
 		}
-		if (!waited && rdma_links.load(std::memory_order_relaxed)) {
-			// The wait begins: a brief one, or a spin in full.  What
-			// lands meanwhile is this receive's to take, unless
-			// O_ASYNC wants the kernel to see every arrival.
-			direct = !c->async.load(std::memory_order_relaxed) &&
-				 sd_rdma_receiving(fd);
-			WaitLog log = c->rdma_log.load(std::memory_order_relaxed);
-			if (log.misses >= RDMA_BRIEF_AFTER) {
-				brief = log.begin();
-				c->rdma_log.store(log, std::memory_order_relaxed);
-				backoff.brief = brief;
-			}
-		}
-		waited = true;
-		if (kernel_ready)
+		if (!backoff.again())
 			break;
-		if (spinning.again(backoff))
-			continue;
-		if (backoff.interrupted ||
-		    !rdma_links.load(std::memory_order_relaxed) ||
-		    !rdma_sleep(fd, c, s, !slept, brief, kernel_ready, owned, werr))
-			break;
-		slept = true;
-		backoff = Backoff();
-		backoff.brief = brief;
-	}
-	// What was left for this receive and it did not take: into the ring.
-	if (direct)
-		sd_rdma_received(fd);
-	spinning.stop();
-	if (!owned) {
-		unlock_side(s);
-		return kernel_path(fd, false, kernel, result);	/* the side is the kernel's */
 	}
 	// Where the kernel goes on from if it takes the side back.  Even a
 	// read that found nothing may have moved the head past padding.
@@ -1055,12 +938,6 @@ bool fast_recv(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 		__atomic_fetch_or(s.cons_flags, SD_RING_READER_WAIT, __ATOMIC_SEQ_CST);
 	end(s);
 	unlock_side(s);
-
-	if (werr && n == -EAGAIN) {
-		*result = -1;
-		errno = werr;
-		return true;
-	}
 
 	if (n > 0) {
 		*result = n;
@@ -1172,7 +1049,6 @@ void read_spin()
 		return;
 	}
 	spin_ns = us * 1000;
-	spin_given = true;
 }
 
 [[gnu::constructor]] void fast_init()
@@ -1361,8 +1237,6 @@ bool sd_hook_close(int fd, int *result) noexcept
 		errno = EBADF;		/* closed already, as far as the program knows */
 		return true;
 	}
-	if (fd >= 0)
-		sd_rdma_closing(static_cast<unsigned>(fd), static_cast<unsigned>(fd));
 	if (!close_deferred(fd))
 		return false;
 	*result = 0;
@@ -1375,7 +1249,6 @@ bool sd_hook_close_range(unsigned int first, unsigned int last, int flags, int *
 {
 	if ((static_cast<unsigned>(flags) & CLOSE_RANGE_CLOEXEC) || vfork_child())
 		return false;
-	sd_rdma_closing(first, last);
 	release_held();
 	unsigned from = first;
 	bool split = false;
@@ -1422,7 +1295,6 @@ bool sd_hook_dup2(int fd, int newfd, int *result) noexcept
 		return false;
 	copied(fd);
 	if (fd != newfd && newfd >= 0) {
-		sd_rdma_closing(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
 		undefer(newfd);
 		forget(newfd);
 	}

@@ -4,10 +4,8 @@
 // (fast.cpp) and readiness (ready.cpp).  See Documentation/libsd.rst.
 #pragma once
 
-#include "hooks.hpp"
 #include "shim.hpp"
 #include "signals.hpp"
-#include "waitlog.hpp"
 
 #include "../ring.hpp"
 #include "../token.hpp"
@@ -27,9 +25,6 @@ namespace sd::shim::fast {
 constexpr std::int64_t SPIN_NS = 200'000;
 constexpr std::int64_t SPIN_US_MAX = 10'000'000;
 extern std::int64_t spin_ns;
-extern bool spin_given;		// SD_SPIN_US set it: no longer spins (waitlog.hpp)
-// Connections of this process that its RDMA bridge carries (rdma.cpp).
-extern std::atomic<unsigned> rdma_links;
 constexpr int YIELDS = 8;
 
 constexpr unsigned MAX_CONNS = 1U << 16;
@@ -77,8 +72,6 @@ struct Conn {
 	// The fd a close() left open because a call was in flight (CallRef);
 	// -1: none.  Whoever takes it (exchange) closes it.
 	std::atomic<int> defer_fd;
-	// How its receives' waits went (RDMA connections only: fast.cpp).
-	std::atomic<WaitLog> rdma_log;
 	Side tx, rx;
 	Conn *next_spare;		// kept for reuse, never freed (fast.cpp)
 
@@ -113,27 +106,14 @@ inline std::int64_t now_ns()
 	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
 }
 
-// The clock at the kernel's tick: where the clock source is not the TSC
-// (the test guests' HPET) now_ns() is a system call and a device access,
-// this one neither (the vDSO answers it from its own copy).  For times
-// far longer than a tick.
-inline std::int64_t coarse_ns()
-{
-	timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
-}
-
 // Spin, then yield, then give up (the caller goes to the kernel).  A
 // signal whose handler the shim holds back ends the spin at once, with
 // interrupted set: the call returns EINTR as a sleep in the kernel would.
 struct Backoff {
 	std::int64_t deadline = 0;
-	std::int64_t began = 0;		// the first look at the clock
 	int yields = 0;
 	std::uint64_t n = 0;
 	std::uint64_t look = 64;	// the turn of the next look at the clock
-	bool brief = false;	// no spin: spinning did not pay lately
 	bool interrupted = false;	// a signal ended it
 
 	bool again()
@@ -142,20 +122,6 @@ struct Backoff {
 			interrupted = true;
 			return false;
 		}
-		// Brief: one look at the completion queues, and one more at
-		// the rings after it, without pausing.  (Under TCG a pause
-		// leaves the virtual processor's loop, some microseconds
-		// each: 64 of them were a fifth of a round trip between the
-		// test hosts.)  Not a second look at the queues on the way
-		// out: no look at the rings would follow it, and the sleep
-		// looks at both again after arming the queues.
-		if (brief) {
-			if (n++)
-				return false;
-			if (rdma_links.load(std::memory_order_relaxed))
-				::sd_rdma_spin(true);
-			return true;
-		}
 		if (yields) {
 			if (yields++ < YIELDS) {
 				sched_yield();
@@ -163,78 +129,26 @@ struct Backoff {
 			}
 			return false;
 		}
-		// With RDMA connections every turn polls the completion
-		// queues instead of pausing: what the peer wrote reaches a
-		// ring only through a poll, and a pause between polls only
-		// delays it.  The rest of the bridge's work every 64th turn.
 		++n;
-		if (rdma_links.load(std::memory_order_relaxed))
-			::sd_rdma_spin((n & 63) == 0);
-		else
-			__builtin_ia32_pause();
+		__builtin_ia32_pause();
 		// The clock first after 64 turns (most waits end sooner), then
 		// each time after as many turns again as went by, 65,536 at
 		// most: where the clock source is not the TSC (the test
 		// guests' HPET) a look costs a system call and a device
-		// access, which a look every 64 turns made a fifth of a round
-		// trip between the test hosts.  So a spin outlasts spin_ns by
-		// less than it spun, and by 65,536 turns at most.
+		// access.  So a spin outlasts spin_ns by less than it spun,
+		// and by 65,536 turns at most.
 		if (n < look)
 			return true;
 		look = n + std::min<std::uint64_t>(n, 1U << 16);
-		std::int64_t t = now_ns();
-		const bool rdma = rdma_links.load(std::memory_order_relaxed);
-		if (!deadline) {
-			began = t;
-			deadline = t + (rdma && !spin_given ? rdma_spin_ns(spin_ns, ::sd_rdma_rtt())
-							    : spin_ns);
-		}
+		const std::int64_t t = now_ns();
+		if (!deadline)
+			deadline = t + spin_ns;
 		if (t < deadline)
 			return true;
-		// Ran out: a write in flight all along took longer than that.
-		if (rdma)
-			::sd_rdma_spun(t, t - began);
 		yields = 1;
 		sched_yield();
 		return true;
 	}
-};
-
-// A program thread spins for data while the process has RDMA connections:
-// the bridge thread leaves the completion queues to it until the spin
-// ends (sd_rdma_spinning()), as the spin polls them (Backoff).  A sleep
-// after the spin is not one: the thread then moves only what wakes it.
-struct RdmaSpinning {
-	bool on = false;
-
-	// b.again() for a wait for data: counted as spinning while it spins
-	// in full (not a brief look), and no more once it ran out.
-	bool again(Backoff &b)
-	{
-		if (!b.brief)
-			start();
-		if (b.again())
-			return true;
-		stop();
-		return false;
-	}
-	void start()
-	{
-		if (!on && rdma_links.load(std::memory_order_relaxed)) {
-			::sd_rdma_spinning(true);
-			on = true;
-		}
-	}
-	void stop()
-	{
-		if (on)
-			::sd_rdma_spinning(false);
-		on = false;
-	}
-	RdmaSpinning() = default;
-	RdmaSpinning(const RdmaSpinning &) = delete;
-	RdmaSpinning &operator=(const RdmaSpinning &) = delete;
-	~RdmaSpinning() { stop(); }
 };
 
 // Forget every epoll set this process tracks (fork: parent and child now

@@ -36,7 +36,3 @@
 {
 	return false;
 }
-
-[[gnu::weak]] void sd_exec_prepare() noexcept {}
-
-[[gnu::weak]] void sd_exec_failed() noexcept {}

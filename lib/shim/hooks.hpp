@@ -16,14 +16,8 @@
 // When the shim calls a hook:
 //   - for calls on one descriptor: only when the fd is an AF_SD socket
 //     (FdTable::kind), never for any other fd;
-//   - socket, socketpair, fork, _exit: on every call (redirection of
-//     AF_INET, the token hand-over on fork and the RDMA bridge's drain
-//     need them whatever the family); the _exit hook never handles the
-//     call;
-//   - execve, execv, execvp, execvpe, fexecve (and execl, execle, execlp,
-//     through them): sd_exec_prepare() before every call (the RDMA bridge
-//     hands its connections to the next image), and sd_exec_failed() after
-//     one that failed; the shim makes the call itself;
+//   - socket, socketpair, fork: on every call (redirection of AF_INET
+//     and the token hand-over on fork need them whatever the family);
 //   - poll, ppoll, select, pselect: when one of the fds is an AF_SD socket;
 //     epoll_wait, epoll_pwait, epoll_pwait2: when an AF_SD socket was added
 //     to that epoll fd; epoll_create, epoll_create1 and epoll_ctl: on every
@@ -86,57 +80,3 @@ bool sd_fd_tracked(int fd) noexcept;
 // hook).
 bool sd_fds_deferred() noexcept;
 bool sd_hook_ioctl(int fd, unsigned long request, void *arg, int *result) noexcept;
-// An exec is about to be made; then, if it failed, this image goes on.
-void sd_exec_prepare() noexcept;
-void sd_exec_failed() noexcept;
-
-// The RDMA bridge (rdma.cpp): offer RDMA on a connect to another host and
-// make the connect; false when the real connect is still to make.
-bool sd_rdma_connect(int fd, const struct sockaddr *addr, socklen_t len, int *result) noexcept;
-// Descriptors first to last close: a connection this process shares with
-// its exited parent is taken up first (rdma.cpp).
-void sd_rdma_closing(unsigned int first, unsigned int last) noexcept;
-// A program thread's share of the RDMA bridge's work (rdma.cpp) while it
-// spins, waiting: all of it (full), or only when a completion came; and
-// when it would wake the bridge about fd's rings (true: no wake needed).
-void sd_rdma_spin(bool full) noexcept;
-// A program thread spins for data of an RDMA connection (on), or stopped
-// (off): the bridge thread leaves the completion channel to it meanwhile.
-void sd_rdma_spinning(bool on) noexcept;
-// The links' round trip as spinning threads saw it (ns, 0: not yet), and
-// a spin's end with a timed write still in flight (waitlog.hpp).
-std::int64_t sd_rdma_rtt() noexcept;
-void sd_rdma_spun(std::int64_t now, std::int64_t spun) noexcept;
-// SD_SHIM_TRACE's line about the bridge ("PID rdma_cqs QUEUES PEAK": the
-// completion queues it made, the most connections it carried at once)
-// into buf: its length, 0 if the process made no RDMA connection.
-int sd_rdma_trace(char *buf, std::size_t len) noexcept;
-bool sd_rdma_wake(int fd, std::uint32_t dir) noexcept;
-// The program wrote into fd's send ring without a wake-up asked for: if
-// the connection is an RDMA one with no write in flight, its write goes
-// now (rdma.cpp).
-void sd_rdma_push(int fd) noexcept;
-// A send of want bytes on fd straight into its RDMA link's mirror and
-// out, skipping the send ring, when the link is idle and the ring empty:
-// true if it went (rdma.cpp).
-bool sd_rdma_send(int fd, const struct iovec *iov, int iovcnt, size_t want) noexcept;
-// A blocking receive on fd waits for data (true if fd is an RDMA
-// connection): the thread's own share of the bridge's work leaves what
-// lands for fd in the landing area until sd_rdma_received(fd), and
-// sd_rdma_left() says when it did; sd_rdma_recv() then takes it straight
-// into iov, if the receive ring q, which the receive owns, is empty: the
-// bytes taken, 0 to read the ring instead (rdma.cpp).
-bool sd_rdma_receiving(int fd) noexcept;
-bool sd_rdma_left() noexcept;
-ssize_t sd_rdma_recv(int fd, const struct iovec *iov, int iovcnt, size_t want,
-		     sd::Consumer &q) noexcept;
-void sd_rdma_received(int fd) noexcept;
-// A blocking receive on fd that would sleep: 0 if fd is not an RDMA
-// connection, 1 to look again, 2 when the socket has something, -1 with
-// errno to fail with (rdma.cpp).
-int sd_rdma_wait(int fd) noexcept;
-// poll and epoll waits that would sleep in the kernel: sleep on set and
-// the completion channel first (rdma.cpp).  1: look again; 0: make the
-// kernel call; -1: fail with errno; -2: the time is up.
-int sd_rdma_sleep_on(const struct pollfd *set, unsigned int n, const struct timespec *until,
-		     const sigset_t *mask) noexcept;

@@ -156,42 +156,6 @@ Wait wait_tv(const timeval *tv)
 	return !tv ? Wait::forever : (!tv->tv_sec && !tv->tv_usec) ? Wait::zero : Wait::some;
 }
 
-// A call that found nothing ready after its spin, before its kernel call:
-// in a process with RDMA connections it first sleeps where the bridge's
-// completions wake it too (sd_rdma_sleep_on()).  rel is the call's
-// timeout (nullptr: none), from the first sleep on.  Returns 1 to look
-// again, 0 for the kernel call, -1 when *result (and errno) is the
-// call's answer.
-struct Sleep {
-	const timespec *rel;
-	const sigset_t *mask;
-	timespec until = {};
-	bool started = false;
-
-	int operator()(const pollfd *set, unsigned n, int *result)
-	{
-		if (!rdma_links.load(std::memory_order_relaxed))
-			return 0;
-		if (rel && !started) {
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_sec += rel->tv_sec;
-			until.tv_nsec += rel->tv_nsec;
-			if (until.tv_nsec >= 1'000'000'000) {
-				until.tv_sec++;
-				until.tv_nsec -= 1'000'000'000;
-			}
-		}
-		started = true;
-		// Nothing is held here: a handler runs as in the kernel's poll.
-		sig::Open open;
-		const int r = sd_rdma_sleep_on(set, n, rel ? &until : nullptr, mask);
-		if (r >= 0)
-			return r;
-		*result = r == -1 ? -1 : 0;
-		return -1;
-	}
-};
-
 // A wait that a signal the shim held back ended: EINTR, never restarted
 // (man 7 signal: poll, select and epoll_wait are not, whatever SA_RESTART
 // says).  The wrapper sets errno once the handlers ran.
@@ -200,43 +164,6 @@ bool interrupted(int *result)
 	sig::interrupted(sig::Restart::never);
 	*result = -1;
 	return true;
-}
-
-// A thread whose last RDMA_BRIEF_AFTER waits here all ended in a sleep,
-// in a process with RDMA connections (what it waits for comes from
-// another host, farther away than a spin), sleeps at once but for a probe
-// now and then, which spins to see whether that changed, as a receive
-// does on an RDMA connection (WaitLog, fast.cpp).  Per thread: an event
-// loop's waits are its own.
-constinit thread_local WaitLog wait_log __attribute__((tls_model("initial-exec")));
-
-// A wait begins (nothing was ready): whether it only looks briefly, into
-// b.
-void wait_begins(Backoff &b)
-{
-	if (rdma_links.load(std::memory_order_relaxed) && wait_log.misses >= RDMA_BRIEF_AFTER)
-		b.brief = wait_log.begin();
-}
-
-// A wait's spin ran out: it sleeps (or the kernel's call does).  first:
-// its first sleep.
-void wait_missed(const Backoff &b, bool first)
-{
-	if (first)
-		wait_log.slept(b.brief);
-}
-
-// A wait found something while it spun, before any sleep: spinning may
-// pay (as a receive's, fast.cpp).
-void wait_paid(bool spun, bool slept, const Backoff &b)
-{
-	if (spun && !slept && wait_log.misses)
-		wait_log.hit(b.brief);
-}
-
-timespec ms_ts(int ms)
-{
-	return {ms / 1000, (ms % 1000) * 1'000'000L};
 }
 
 // Our answers for p[0..n): mine[i] is the revents of an entry user space
@@ -269,20 +196,17 @@ int scan_poll(const pollfd *p, nfds_t n, int *mine, bool *kernel)
 }
 
 // poll and ppoll.  false: the kernel does the whole call.
-bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
+bool ready_poll(pollfd *p, nfds_t n, Wait w, int *result)
 {
 	int mine[MAX_SET];
-	bool kernel, spun = false, slept = false;
+	bool kernel;
 	Backoff backoff;
-	RdmaSpinning spinning;
 
 	if (!n || n > MAX_SET)
 		return false;
 	for (;;) {
-		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, slept, backoff);
+		if (scan_poll(p, n, mine, &kernel) > 0)
 			break;
-		}
 		if (kernel)
 			return false;
 		if (w == Wait::zero) {
@@ -291,28 +215,14 @@ bool ready_poll(pollfd *p, nfds_t n, Wait w, Sleep sleep, int *result)
 			*result = 0;
 			return true;
 		}
-		if (!spun)
-			wait_begins(backoff);
-		spun = true;
-		if (spinning.again(backoff))
+		if (backoff.again())
 			continue;
 		if (backoff.interrupted) {
 			for (nfds_t i = 0; i < n; i++)
 				p[i].revents = 0;
 			return interrupted(result);
 		}
-		wait_missed(backoff, !slept);
-		slept = true;
-		const int s = sleep(p, static_cast<unsigned>(n), result);
-		if (s < 0) {
-			for (nfds_t i = 0; i < n; i++)
-				p[i].revents = 0;
-			return true;
-		}
-		if (!s)
-			return false;
-		backoff = Backoff();
-		backoff.brief = true;
+		return false;
 	}
 	if (kernel) {
 		pollfd q[MAX_SET];
@@ -363,14 +273,11 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 	}
 
 	int mine[MAX_SET];
-	bool kernel, spun = false;
+	bool kernel;
 	Backoff backoff;
-	RdmaSpinning spinning;
 	for (;;) {
-		if (scan_poll(p, n, mine, &kernel) > 0) {
-			wait_paid(spun, false, backoff);
+		if (scan_poll(p, n, mine, &kernel) > 0)
 			break;
-		}
 		if (kernel || !n)
 			return false;
 		if (w == Wait::zero) {
@@ -383,13 +290,9 @@ bool ready_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, Wait w, int *res
 			*result = 0;
 			return true;
 		}
-		if (!spun)
-			wait_begins(backoff);
-		spun = true;
-		if (!spinning.again(backoff)) {
+		if (!backoff.again()) {
 			if (backoff.interrupted)
 				return interrupted(result);
-			wait_missed(backoff, true);
 			return false;
 		}
 	}
@@ -625,13 +528,12 @@ void ep_apply(Ep *e, int op, int fd, const epoll_event *ev)
 }
 
 // The epoll_wait family.  false: the kernel does the whole call.
-bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep, int *result)
+bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, int *result)
 {
 	Ep *e = ep_of(epfd);
 	Backoff backoff;
-	RdmaSpinning spinning;
 	int found = 0;
-	bool kernel = false, spun = false, slept = false;
+	bool kernel = false;
 	std::uint64_t kdata[MAX_KERNEL];
 	unsigned nk = 0;
 
@@ -694,33 +596,19 @@ bool ready_epoll(int epfd, epoll_event *out, int maxevents, Wait w, Sleep sleep,
 			e->next = i + 1;
 		}
 		pthread_mutex_unlock(&e->lock);
-		if (found) {
-			wait_paid(spun, slept, backoff);
+		if (found)
 			break;
-		}
 		if (kernel)
 			return false;
 		if (w == Wait::zero) {
 			*result = 0;
 			return true;
 		}
-		if (!spun)
-			wait_begins(backoff);
-		spun = true;
-		if (spinning.again(backoff))
+		if (backoff.again())
 			continue;
 		if (backoff.interrupted)
 			return interrupted(result);
-		wait_missed(backoff, !slept);
-		slept = true;
-		const pollfd set = {epfd, POLLIN, 0};
-		const int s = sleep(&set, 1, result);
-		if (s < 0)
-			return true;
-		if (!s)
-			return false;
-		backoff = Backoff();
-		backoff.brief = true;
+		return false;
 	}
 	if (kernel && found < maxevents) {
 		epoll_event k[64];
@@ -761,9 +649,7 @@ using namespace sd::shim::fast;
 
 bool sd_hook_poll(struct pollfd *p, nfds_t nfds, int timeout, int *result) noexcept
 {
-	const timespec ts = ms_ts(timeout);
-	return ready_poll(p, nfds, wait_ms(timeout), {timeout < 0 ? nullptr : &ts, nullptr},
-			  result);
+	return ready_poll(p, nfds, wait_ms(timeout), result);
 }
 
 bool sd_hook_ppoll(struct pollfd *p, nfds_t nfds, const struct timespec *timeout,
@@ -772,7 +658,8 @@ bool sd_hook_ppoll(struct pollfd *p, nfds_t nfds, const struct timespec *timeout
 	// Returning at once with events matches ppoll: the kernel restores
 	// the caller's mask before returning events, so no signal that
 	// sigmask would let through is delivered then either.
-	return ready_poll(p, nfds, wait_ts(timeout), {timeout, sigmask}, result);
+	(void)sigmask;
+	return ready_poll(p, nfds, wait_ts(timeout), result);
 }
 
 bool sd_hook_select(int nfds, fd_set *rd, fd_set *wr, fd_set *ex, struct timeval *timeout,
@@ -835,22 +722,20 @@ bool sd_hook_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event, int 
 bool sd_hook_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			int *result) noexcept
 {
-	const timespec ts = ms_ts(timeout);
-	return ready_epoll(epfd, events, maxevents, wait_ms(timeout),
-			   {timeout < 0 ? nullptr : &ts, nullptr}, result);
+	return ready_epoll(epfd, events, maxevents, wait_ms(timeout), result);
 }
 
 bool sd_hook_epoll_pwait(int epfd, struct epoll_event *events, int maxevents, int timeout,
 			 const sigset_t *sigmask, int *result) noexcept
 {
-	const timespec ts = ms_ts(timeout);
-	return ready_epoll(epfd, events, maxevents, wait_ms(timeout),
-			   {timeout < 0 ? nullptr : &ts, sigmask}, result);
+	(void)sigmask;
+	return ready_epoll(epfd, events, maxevents, wait_ms(timeout), result);
 }
 
 bool sd_hook_epoll_pwait2(int epfd, struct epoll_event *events, int maxevents,
 			  const struct timespec *timeout, const sigset_t *sigmask,
 			  int *result) noexcept
 {
-	return ready_epoll(epfd, events, maxevents, wait_ts(timeout), {timeout, sigmask}, result);
+	(void)sigmask;
+	return ready_epoll(epfd, events, maxevents, wait_ts(timeout), result);
 }

@@ -76,11 +76,10 @@ bool sd_hook_getsockopt(int fd, int level, int optname, void *optval, socklen_t 
 // fast::get() corrects that when the fast path finds no rings.)  Not for a
 // socket whose rings are mapped: that one is connected already, and its
 // close must still reach the fast path, which unmaps them.
-// A connect to another host may offer RDMA first (rdma.cpp).
-bool sd_hook_connect(int fd, const struct sockaddr *addr, socklen_t len, int *result) noexcept
+bool sd_hook_connect(int fd, const struct sockaddr *, socklen_t, int *) noexcept
 {
 	if (fd >= 0 && static_cast<unsigned>(fd) < fast::MAX_CONNS &&
 	    !fast::conns[fd].load(std::memory_order_acquire))
 		fds.set(fd, FD_UNKNOWN);
-	return sd_rdma_connect(fd, addr, len, result);
+	return false;
 }
