@@ -1,5 +1,5 @@
-"""A plain TCP echo server for the tests across hosts (test_rendezvous.py,
-pair_remote.py): python3 echo_server.py ADDR PORT.  Prints "ready" once it
+"""A plain TCP echo server for the tests across hosts (pair_remote.py,
+redirect_probe.py): python3 echo_server.py ADDR PORT.  Prints "ready" once it
 listens, then echoes every connection, each in a thread, until killed."""
 import socket
 import sys
