@@ -3,9 +3,10 @@
 Each scenario has a server half, which runs on host B, and a client half,
 which runs on host A.  Both are plain TCP programs (Python's socket module);
 pair_differential.py runs each scenario with plain TCP, over RDMA (both
-halves under sdrun, the monitors agreeing on RDMA) and over AF_SD's TCP
-fallback (both under sdrun, B's process without RDMA), and asserts that both
-halves observed the same things every way.  Every byte is checked.
+halves under sdrun, the connections carried by the link daemons, sdlinkd)
+and over AF_SD's TCP fallback (both under sdrun, B's daemon without RDMA),
+and asserts that both halves observed the same things every way.  Every
+byte is checked.
 
     python3 xhost.py server NAME PORT       prints "ready", then its transcript
     python3 xhost.py client NAME HOST PORT  prints its transcript

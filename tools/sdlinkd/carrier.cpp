@@ -442,7 +442,11 @@ int Carrier::connect(const Endpoint &peer) noexcept
 	a = {};
 	a.qp_state = IBV_QPS_RTS;
 	a.timeout = ACK_TIMEOUT;
-	a.retry_cnt = 7;
+	// 6, not 7: rxe (soft-RoCE) takes a retry count of 7 as "retry for
+	// ever", as the specification says only of the RNR count
+	// (rxe_comp.c: "if (qp->comp.retry_cnt != 7) retry_cnt--"), and a
+	// path that lost every packet then never fails the connection.
+	a.retry_cnt = 6;
 	a.rnr_retry = 7;
 	a.sq_psn = mine_.psn;
 	a.max_rd_atomic = 1;
