@@ -493,6 +493,54 @@ def test_nonblocking_connect_waits_in_the_background(hosts):
         s.close()
 
 
+def test_a_background_fallback_never_polls_hung_up(hosts):
+    """While a non-blocking connect falls back to TCP in the background
+    (the daemon's verdict: TCP), poll never says more than TCP's own
+    connect would: nothing, then writable.  A socket that became TCP's
+    before TCP's connect had begun would poll writable and hung up
+    (POLLOUT|POLLHUP), which an event loop takes for a failed connect.  A
+    thread polls each socket without a pause, from before the verdict
+    until it is writable, ten connects in a row."""
+    import select
+    d = daemon()
+    assert d.request(SD_LINK_CMD_REGISTER).err == 0
+    srv, port = tcp_server_in_b()
+    before = sd_stats(NS[0])
+    for i in range(10):
+        c = nonblocking_connect_in_a(ADDR[1], port)
+        cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
+        seen, started = [], threading.Event()
+
+        def watch():
+            p = select.poll()
+            p.register(c, select.POLLIN | select.POLLOUT | select.POLLRDHUP)
+            started.set()
+            while True:
+                ev = p.poll(0)
+                m = ev[0][1] if ev else 0
+                if m and m not in seen:
+                    seen.append(m)
+                if m & select.POLLOUT:
+                    return
+        t = threading.Thread(target=watch)
+        t.start()
+        assert started.wait(30)
+        assert verdict(d, cid, SD_LINK_TCP, SD_FALLBACK_NO_RDMA) == 0
+        t.join(60)
+        assert not t.is_alive(), "the connect never polled writable"
+        assert seen == [select.POLLOUT], (i, seen)
+        a, _ = srv.accept()
+        c.setblocking(True)
+        c.sendall(b"round %d" % i)
+        assert a.recv(64) == b"round %d" % i
+        a.close()
+        c.close()
+    after = sd_stats(NS[0])
+    assert after["fallback_no_rdma"] - before["fallback_no_rdma"] == 10
+    for s in (srv, d):
+        s.close()
+
+
 def test_nonblocking_connect_via_the_daemon(hosts):
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0

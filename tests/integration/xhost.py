@@ -93,7 +93,7 @@ def echo_sizes(role):
     # Each echo waits for all of its bytes to come back, so the biggest
     # must fit what the two directions hold in flight (AF_SD's rings are
     # net.sd.ring_size, TCP's buffers larger).  255 to 257: either side
-    # of the largest write libsd's bridge posts inline (rdma.rst).
+    # of a power of two.
     sizes = [1, 7, 100, 255, 256, 257, 4096, 65536, 200000]
 
     def server(t, lst):

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 //
-// sd_rdma_pipe: the planned RDMA data path (Documentation/rdma.rst), between
-// two processes on two hosts, without the module: the ring code of libsd
+// sd_rdma_pipe: a ring mirrored over RDMA (make bench's raw baseline,
+// Documentation/bench.rst), between two processes on two hosts, without
+// the module or a daemon: the ring code of libsd
 // (lib/ring.hpp) on memory of each process, mirrored by one-sided RDMA
 // writes with immediate, credits returned by RDMA writes of the consumer
 // position.  The two halves of the queue pairs are swapped over a TCP
-// connection, standing in for the monitors' rendezvous.
+// connection.
 //
 //   sd_rdma_pipe server PORT BYTES            echo BYTES back, then exit
 //   sd_rdma_pipe client HOST PORT BYTES ITERS  stream BYTES of a seeded
