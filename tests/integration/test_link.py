@@ -105,6 +105,15 @@ def tcp_server_in_b():
     return s, s.getsockname()[1]
 
 
+def via_listener(backlog=4):
+    """A listener of host A on loopback, as the daemon's for VIA."""
+    with in_netns(NS[0]):
+        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
+    lst.listen(backlog)
+    return lst
+
+
 def test_one_daemon_per_namespace(hosts):
     d1, d2 = daemon(), daemon()
     assert d1.request(SD_LINK_CMD_REGISTER).err == 0
@@ -205,10 +214,7 @@ def test_via_the_daemons_listener(hosts):
     program's peer is the remote address it asked for."""
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(4)
+    lst = via_listener()
     t, res = connect_in_a(ADDR[1], 4243)
     cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
     assert verdict(d, cid, SD_LINK_VIA, fd=lst.fileno()) == 0
@@ -284,10 +290,7 @@ def test_a_full_daemon_listener_leaves_tcp(hosts):
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
     srv, port = tcp_server_in_b()
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(1)
+    lst = via_listener(1)
     fillers = []
     while True:
         with in_netns(NS[0]):
@@ -332,10 +335,7 @@ def test_the_upcall_states_the_ring_sizes(hosts):
     assert ns_sysctl(NS[0], "ring_size", 64 * KIB) is None
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(4)
+    lst = via_listener()
     sol = socket.SOL_SOCKET
     cases = [
         ((), (64 * KIB, 64 * KIB)),
@@ -372,10 +372,7 @@ def test_ring_sizes_are_fixed_as_the_connect_begins(hosts):
     ring_size_max; non-blocking: SO_SNDBUF and SO_RCVBUF too)."""
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(4)
+    lst = via_listener()
     t, res = connect_in_a(ADDR[1], 4248,
                           [(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * KIB)])
     up = upcall(d)
@@ -544,10 +541,7 @@ def test_a_background_fallback_never_polls_hung_up(hosts):
 def test_nonblocking_connect_via_the_daemon(hosts):
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(4)
+    lst = via_listener()
     before = sd_stats(NS[0])
     c = nonblocking_connect_in_a(ADDR[1], 4245)
     cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
@@ -621,10 +615,7 @@ def test_closed_while_the_verdict_is_awaited(hosts, then):
     d = daemon()
     assert d.request(SD_LINK_CMD_REGISTER).err == 0
     srv, port = tcp_server_in_b()
-    with in_netns(NS[0]):
-        lst = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
-    assert Family.bind(lst, "127.0.0.1", 0) == "OK"
-    lst.listen(4)
+    lst = via_listener()
     c = nonblocking_connect_in_a(ADDR[1], port)
     cid = struct.unpack("=Q", upcall(d)[SD_LINK_A_ID])[0]
     c.close()

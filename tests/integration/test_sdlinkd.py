@@ -523,6 +523,22 @@ def expect_eof(s):
     assert s.recv(4096) == b""
 
 
+def both_ways(c, s, nbytes):
+    """nbytes of random data from c to s and from s to c at once, every
+    byte checked."""
+    up, down = os.urandom(nbytes), os.urandom(nbytes)
+    got = {}
+    t = threading.Thread(target=lambda: got.setdefault("up", recv_all(s, len(up))))
+    t.start()
+    w = threading.Thread(target=s.sendall, args=(down,))
+    w.start()
+    c.sendall(up)
+    assert recv_all(c, len(down)) == down
+    t.join(WAIT)
+    w.join(WAIT)
+    assert got["up"] == up
+
+
 def expect_end(s):
     """EOF or a reset, as TCP gives either to a program whose peer ended
     (after the bytes it read)."""
@@ -547,21 +563,7 @@ def test_rdma_8_mib_each_way_then_fin(linked):
     _, da, db = linked
     lst, port = sd_listener()
     c, s = carried_pair(lst, port)
-    up, down = os.urandom(8 * MIB), os.urandom(8 * MIB)
-    got = {}
-
-    def server():
-        got["up"] = recv_all(s, len(up))
-
-    t = threading.Thread(target=server)
-    t.start()
-    w = threading.Thread(target=s.sendall, args=(down,))
-    w.start()
-    c.sendall(up)
-    assert recv_all(c, len(down)) == down
-    t.join(WAIT)
-    w.join(WAIT)
-    assert got["up"] == up
+    both_ways(c, s, 8 * MIB)
     # FIN from A, then bytes and FIN from B.
     c.shutdown(socket.SHUT_WR)
     expect_eof(s)
@@ -723,17 +725,7 @@ def test_rdma_rings_sized_by_the_program(linked):
     da.expect(f"rings {16 * KIB} and {MIB}")
     assert ring_sizes(c) == (16 * KIB, MIB)
     assert ring_sizes(s) == (MIB, 16 * KIB)
-    up, down = os.urandom(768 * KIB), os.urandom(768 * KIB)
-    got = {}
-    t = threading.Thread(target=lambda: got.setdefault("up", recv_all(s, len(up))))
-    t.start()
-    w = threading.Thread(target=s.sendall, args=(down,))
-    w.start()
-    c.sendall(up)
-    assert recv_all(c, len(down)) == down
-    t.join(WAIT)
-    w.join(WAIT)
-    assert got["up"] == up
+    both_ways(c, s, 768 * KIB)
     c.close()
     expect_eof(s)
     s.close()
