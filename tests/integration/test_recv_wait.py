@@ -1,6 +1,6 @@
 """SD_IOC_RECV_WAIT (include/uapi/linux/sd.h): a receive's sleep that a
-second file ends too, as libsd sleeps on an RDMA connection and its
-completion channel together.  Its answers, its bounds (SO_RCVTIMEO,
+second file ends too, for a thread that moves bytes in user space on
+another file's events and must wake for the socket's too.  Its answers, its bounds (SO_RCVTIMEO,
 O_NONBLOCK, signals), its refusals, and the wait flag it takes back."""
 import errno
 import fcntl

@@ -246,8 +246,8 @@ struct sd_token {
  * bounds it (EAGAIN; at once on a non-blocking socket) and a signal ends
  * it (EINTR, or the call restarts under SA_RESTART).  Returns 1 when the
  * socket has something, else 0 when other is readable.  For a thread
- * that moves bytes in user space on other's events (the link daemon's
- * completion channel) and must also wake for the kernel's.  On 0 the
+ * that moves bytes in user space on other's events (an RDMA completion
+ * channel, say) and must also wake for the kernel's.  On 0 the
  * socket's SD_RING_READER_WAIT is taken back unless another sleeper, a
  * poll or epoll entry or O_ASYNC relies on it: the caller looks at the
  * ring again, and arms it again before it sleeps again.  EBADF: other
