@@ -101,7 +101,7 @@ class Daemon:
     """One sdlinkd --verbose, here (peer None) or on peer; its log lines
     collected as they come (text()), for the test's output."""
 
-    def __init__(self, peer, args):
+    def __init__(self, peer, args, started=None):
         self.peer = peer
         self.args = list(args)
         self.where = "B" if peer else "A"
@@ -124,6 +124,10 @@ class Daemon:
         self.reader = threading.Thread(target=self._read, args=(source,),
                                        daemon=True)
         self.reader.start()
+        # In the list before the wait: one that never says it serves is
+        # still stopped at the end, and leaves the namespace to the next.
+        if started is not None:
+            started.append(self)
         self.expect("serving this network namespace")
 
     def _read(self, source):
@@ -215,13 +219,11 @@ class Daemons:
         self.a = self.b = None
 
     def start_a(self, *args):
-        self.a = Daemon(None, args)
-        self.started.append(self.a)
+        self.a = Daemon(None, args, self.started)
         return self.a
 
     def start_b(self, *args):
-        self.b = Daemon(self.peer, args)
-        self.started.append(self.b)
+        self.b = Daemon(self.peer, args, self.started)
         return self.b
 
     def close(self):

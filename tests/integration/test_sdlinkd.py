@@ -106,9 +106,13 @@ def hosts():
     netns_del(*NS)
 
 
-def daemon(started, ns, *args, **kw):
-    d = Daemon(ns, *args, **kw)
+def daemon(started, ns, *args, ready=True):
+    # In the list before the wait: one that never says it serves is still
+    # killed at the end.
+    d = Daemon(ns, *args, ready=False)
     started.append(d)
+    if ready:
+        d.expect("serving this network namespace")
     return d
 
 
