@@ -253,9 +253,9 @@ def test_this_hosts_connect_rules_come_first(hosts, nonblocking):
             nl.flush()
             r = nl.rule_add(action, sdgenl.SD_DIR_CONNECT, b"")
             assert r.err == 0
-            before = sd_stats(NS[0])
             with in_netns(NS[0]):
                 c = socket.socket(AF_SD, socket.SOCK_STREAM, SD_PROTO_INET)
+            before = sd_stats(NS[0])
             if nonblocking:
                 c.setblocking(False)
                 rc = Family.connect(c, ADDR[1], port)
