@@ -154,7 +154,8 @@ __attribute__((constructor)) void zcmalloc_init()
 {
 	// Later calls, a signal handler's included, need no dlsym.  libc
 	// is initialised by now (the shim's constructors run after libc's).
-	(void)resolve();
+	if (resolve())
+		sd::zc::pool_prepare();
 }
 
 // The bootstrap arena: 64 KiB, handed out by bumping an atomic offset and

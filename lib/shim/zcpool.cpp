@@ -807,6 +807,15 @@ bool in_pool(const void *p, std::size_t len) noexcept
 	return u >= lo && u < hi && len <= hi - u;
 }
 
+void pool_prepare() noexcept
+{
+	if (!threshold() || !register_atfork())
+		return;
+	Locked l;
+	if (pool_state.load(std::memory_order_relaxed) == POOL_UNTRIED)
+		make_pool();
+}
+
 void *pool_alloc(std::size_t n, bool zero) noexcept
 {
 	if (pool_state.load(std::memory_order_relaxed) == POOL_OFF || n == 0 || n > POOL_LEN ||

@@ -226,6 +226,12 @@ inline bool pool_contains(const void *p) noexcept
 	return in_pool(p, 1);
 }
 
+// Make the pool now if zero copy is on (threshold() not 0), as the process
+// starts: children of fork then share it (copy on write), where a pool
+// made on first use after a fork would be one per process, each charged
+// to the user's RLIMIT_MEMLOCK, which two may not fit.
+void pool_prepare() noexcept;
+
 // Page-aligned memory for n bytes from the pool (zeroed if zero), or
 // nullptr: the pool is off or cannot be made, or it has no room (or, for
 // the few calls that race with the very first one, its fork handlers are
