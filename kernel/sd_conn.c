@@ -1724,12 +1724,13 @@ static int sd_link_outcome(struct sock *sk, const struct sd_addr *dst,
 }
 
 /*
- * This host's connect rules on a connect of @sk to another host's @dst,
- * before the daemon hears of it, as for a local one: 0 to go on, 1 for
- * TCP (a rule says so: *@reason), -EACCES when a rule refuses.
+ * This host's connect rules on a connect of @sk (from its bound address)
+ * to @dst, by @uid and @gid: 0 to go on, 1 for TCP (a rule says so,
+ * *@reason; only a redirected socket has TCP to go to), -EACCES when a
+ * rule refuses (the caller lacks the right: not a refusal).
  */
-static int sd_link_rules(struct sock *sk, const struct sd_addr *dst,
-			 kuid_t uid, kgid_t gid, u8 *reason)
+static int sd_connect_rules(struct sock *sk, const struct sd_addr *dst,
+			    kuid_t uid, kgid_t gid, u8 *reason)
 {
 	struct net *net = sock_net(sk);
 
@@ -1738,8 +1739,11 @@ static int sd_link_rules(struct sock *sk, const struct sd_addr *dst,
 	case SD_ACTION_ALLOW:
 		return 0;
 	case SD_ACTION_TCP:
-		*reason = SD_FALLBACK_POLICY;
-		return 1;
+		if (sd_sk(sk)->redirected) {
+			*reason = SD_FALLBACK_POLICY;
+			return 1;
+		}
+		fallthrough;
 	default:
 		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
 		return -EACCES;
@@ -1773,7 +1777,7 @@ static int sd_connect_link(struct sock *sk, const struct sd_addr *dst,
 	if (err)
 		return err;
 	sd_current_ids(&uid, &gid);
-	err = sd_link_rules(sk, dst, uid, gid, reason);
+	err = sd_connect_rules(sk, dst, uid, gid, reason);
 	if (err)
 		goto out;
 	w.tx_size = sd_ring_size(sock_net(sk), sk, true);
@@ -1839,7 +1843,7 @@ static int sd_connect_link_async(struct sock *sk, struct sockaddr *uaddr,
 	}
 	sd_connect_job_init(job, sk, uaddr, addr_len, dst,
 			    sd_connect_link_work);
-	err = sd_link_rules(sk, dst, job->uid, job->gid, reason);
+	err = sd_connect_rules(sk, dst, job->uid, job->gid, reason);
 	if (err)
 		goto out;
 	job->lw.tx_size = sd_ring_size(sock_net(sk), sk, true);
@@ -2018,21 +2022,12 @@ int sd_connect(struct socket *sock, struct sockaddr *uaddr, int addr_len,
 	ss->family = family;
 
 	sd_current_ids(&uid, &gid);
-	switch (sd_policy_verdict(net, SD_DIR_CONNECT, uid, gid, &ss->local,
-				  &dst)) {
-	case SD_ACTION_ALLOW:
-		break;
-	case SD_ACTION_TCP:
-		reason = SD_FALLBACK_POLICY;
-		if (ss->redirected) {
-			err = -ECONNREFUSED;
-			goto refused;
-		}
-		fallthrough;
-	default:
-		sd_stat_inc(net, SD_STAT_DENIED_CONNECT);
-		/* The caller lacks the right: EACCES, not a refusal. */
-		err = -EACCES;
+	err = sd_connect_rules(sk, &dst, uid, gid, &reason);
+	if (err > 0) {
+		err = -ECONNREFUSED;
+		goto refused;
+	}
+	if (err) {
 		if (autobound)
 			sd_autounbind(sk);
 		goto out;

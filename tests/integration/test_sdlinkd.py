@@ -527,6 +527,14 @@ def expect_eof(s):
     assert s.recv(4096) == b""
 
 
+def one_carried_and_done(da, db):
+    """Both daemons ended the one connection they carried; stop them (exit
+    0), so that their counters line is logged."""
+    for d in (da, db):
+        d.expect("connect 1: done")
+    assert da.stop() == 0 and db.stop() == 0
+
+
 def both_ways(c, s, nbytes):
     """nbytes of random data from c to s and from s to c at once, every
     byte checked."""
@@ -579,9 +587,7 @@ def test_rdma_8_mib_each_way_then_fin(linked):
     s.close()
     lst.close()
     # Both carriers end on their own (no reset) once both programs closed.
-    da.expect("connect 1: done")
-    db.expect("connect 1: done")
-    assert da.stop() == 0 and db.stop() == 0
+    one_carried_and_done(da, db)
     for d in (da, db):
         k = counters(d)
         assert k["carried"] == 1 and k["copies"] == 0 and k["resets"] == 0, k
@@ -734,9 +740,7 @@ def test_rdma_rings_sized_by_the_program(linked):
     expect_eof(s)
     s.close()
     lst.close()
-    da.expect("connect 1: done")
-    db.expect("connect 1: done")
-    assert da.stop() == 0 and db.stop() == 0
+    one_carried_and_done(da, db)
     for d in (da, db):
         k = counters(d)
         assert k["carried"] == 1 and k["resets"] == 0 and \
@@ -789,9 +793,7 @@ def test_rdma_ring_sizes_hold_while_the_peer_answers(linked):
     c.close()
     expect_eof(s)
     s.close()
-    da.expect("connect 1: done")
-    db.expect("connect 1: done")
-    assert da.stop() == 0 and db.stop() == 0
+    one_carried_and_done(da, db)
     k = counters(da)
     assert k["carried"] == 1 and k["mismatched"] == 0 and k["resets"] == 0, k
 
