@@ -618,6 +618,47 @@ def test_rdma_many_small_messages(linked):
     assert da.stop() == 0 and db.stop() == 0
 
 
+def ping_pong_counts(started, spin_us, rounds):
+    """Daemons that poll their carriers spin_us after the last work, then
+    sleep; rounds round trips of 64 bytes on one carried connection;
+    both daemons' counters."""
+    set_key(A, KEY)
+    set_key(B, KEY)
+    da = daemon(started, A, "--rdma-device", RDEV[0], "--spin-us", str(spin_us))
+    db = daemon(started, B, "--rdma-device", RDEV[1], "--spin-us", str(spin_us))
+    lst, port = sd_listener()
+    c, s = carried_pair(lst, port)
+    for i in range(rounds):
+        m = i.to_bytes(2, "big") * 32
+        c.sendall(m)
+        assert recv_all(s, len(m)) == m
+        s.sendall(m)
+        assert recv_all(c, len(m)) == m
+    c.close()
+    expect_eof(s)
+    s.close()
+    lst.close()
+    one_carried_and_done(da, db)
+    return counters(da), counters(db)
+
+
+@pytest.mark.parametrize("spin_us", [0, 10_000_000])
+def test_rdma_daemons_poll_before_they_sleep(rdma, hosts, spin_us):
+    """--spin-us: a daemon polls its carriers that long after the last
+    round that moved something.  With 0 it sleeps as soon as a round moves
+    nothing, so in a ping-pong it sleeps while the other side answers,
+    about once a round trip.  With the longest spin, longer than any gap
+    between two messages of this ping-pong, it never sleeps while the
+    connection lives (Documentation/remote.rst, "Polling and sleeping")."""
+    rounds = 100
+    for k in ping_pong_counts(hosts, spin_us, rounds):
+        assert k["carried"] == 1 and k["resets"] == 0, k
+        if spin_us:
+            assert k["sleeps"] == 0, k
+        else:
+            assert k["sleeps"] >= rounds // 2, k
+
+
 CHILD = r"""
 import os, socket, sys
 sys.path.insert(0, {here!r})

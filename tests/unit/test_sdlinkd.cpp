@@ -68,6 +68,7 @@ void options_defaults(void **)
 	assert_true(g.ok);
 	assert_int_equal(g.o.port, 7471);
 	assert_int_equal(g.o.peer_cache_seconds, 60);
+	assert_int_equal(g.o.spin_us, 200);
 	assert_false(g.o.verbose);
 	assert_false(g.o.no_rdma);
 	assert_string_equal(g.o.rdma_device.data(), "");
@@ -87,6 +88,13 @@ void options_values(void **)
 	assert_true(g.ok);
 	assert_int_equal(g.o.port, 65535);
 	assert_int_equal(g.o.peer_cache_seconds, 86400);
+
+	g = parse({"--spin-us", "0"});
+	assert_true(g.ok);
+	assert_int_equal(g.o.spin_us, 0);
+	g = parse({"--spin-us=10000000"});
+	assert_true(g.ok);
+	assert_int_equal(g.o.spin_us, 10000000);
 
 	g = parse({"--port=1"});
 	assert_true(g.ok);
@@ -132,6 +140,10 @@ void options_errors(void **)
 		{"--peer-cache-seconds", "86401"},
 		{"--peer-cache-seconds", "-5"},
 		{"--peer-cache-seconds", nullptr},
+		{"--spin-us", "10000001"},
+		{"--spin-us", "-1"},
+		{"--spin-us", "1e3"},
+		{"--spin-us", nullptr},
 		{"--verbose=1", nullptr},
 		{"--rdma-device", nullptr},
 		{"--rdma-device=", nullptr},

@@ -135,14 +135,24 @@ int Daemon::run()
 	     opt_.port, opt_.peer_cache_seconds);
 	std::array<epoll_event, MAX_EVENTS> events;
 	while (!stop_) {
-		// Carriers first: while one moves bytes the loop spins, and
-		// looks at its other descriptors without sleeping.
+		// Carriers first: while one moves bytes, and for opt_.spin_us
+		// after, the loop polls them, and looks at its other descriptors
+		// without sleeping.  A message that comes meanwhile costs no
+		// wake-up of the daemon (Documentation/remote.rst, "Polling and
+		// sleeping").
+		const Time now = Clock::now();
+		const bool spin = !links_.empty() &&
+				  now - busy_at_ < std::chrono::microseconds(opt_.spin_us);
 		int timeout = -1;
-		if (pump() || !may_sleep())
+		if (pump()) {
+			busy_at_ = now;
 			timeout = 0;
-		else if (!links_.empty())
+		} else if (spin || !may_sleep()) {
+			timeout = 0;
+		} else if (!links_.empty()) {
 			counters_.sleeps++;
-		arm_timer(Clock::now());
+		}
+		arm_timer(now);
 		const int n = epoll_wait(epoll_.get(), events.data(), MAX_EVENTS, timeout);
 		if (n < 0 && errno != EINTR) {
 			note("epoll_wait: %s", std::strerror(errno));

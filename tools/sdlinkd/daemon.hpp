@@ -287,7 +287,9 @@ private:
 	bool logged_outbound_full_ = false;
 
 	bool stop_ = false;
-	bool spinning_ = false;
+	// When a round of the loop last moved something (or a carrier came):
+	// the loop polls on until opt_.spin_us after it, then sleeps.
+	Time busy_at_{};
 	int status_ = 0;
 };
 

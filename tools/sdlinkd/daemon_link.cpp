@@ -442,6 +442,7 @@ Daemon::Link *Daemon::add_link(Conn &c, std::uint64_t id, sdlink::Role role,
 	link_ids_[{c.token, id}] = l->token;
 	links_.emplace(l->token, std::move(l));
 	c.links++;
+	busy_at_ = Clock::now();	// its first message finds the loop polling
 	return ref;
 }
 

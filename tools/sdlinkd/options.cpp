@@ -29,7 +29,7 @@ bool number(std::string_view value, unsigned long min, unsigned long max, unsign
 void usage(std::FILE *out)
 {
 	std::fprintf(out,
-		     "usage: sdlinkd [-p|--port PORT] [--peer-cache-seconds N]\n"
+		     "usage: sdlinkd [-p|--port PORT] [--peer-cache-seconds N] [--spin-us N]\n"
 		     "               [--rdma-device NAME | --no-rdma] [-v|--verbose]\n"
 		     "       sdlinkd -h|--help | --version\n"
 		     "\n"
@@ -40,6 +40,9 @@ void usage(std::FILE *out)
 		     "                              daemons, the same on every host (default %u)\n"
 		     "      --peer-cache-seconds N  remember a host without a daemon for N seconds,\n"
 		     "                              0 to %u (default %u; 0: ask every time)\n"
+		     "      --spin-us N             poll the carried connections N microseconds\n"
+		     "                              after the last one moved, then sleep, 0 to %u\n"
+		     "                              (default %u)\n"
 		     "      --rdma-device NAME      carry connections on this RDMA device (default:\n"
 		     "                              the first whose GID table holds the address of\n"
 		     "                              the session with the other host)\n"
@@ -50,7 +53,8 @@ void usage(std::FILE *out)
 		     "      --version               print the version\n"
 		     "\n"
 		     "exit status: 0 stopped by SIGTERM or SIGINT, 1 failure, 2 usage error\n",
-		     DEFAULT_PORT, MAX_PEER_CACHE_SECONDS, DEFAULT_PEER_CACHE_SECONDS);
+		     DEFAULT_PORT, MAX_PEER_CACHE_SECONDS, DEFAULT_PEER_CACHE_SECONDS, MAX_SPIN_US,
+		     DEFAULT_SPIN_US);
 }
 
 Parsed parse_args(std::span<const char *const> args)
@@ -68,7 +72,7 @@ Parsed parse_args(std::span<const char *const> args)
 			}
 		}
 		const bool takes_value = arg == "-p" || arg == "--port" || arg == "--peer-cache-seconds" ||
-					 arg == "--rdma-device";
+					 arg == "--spin-us" || arg == "--rdma-device";
 		if (inline_value && !takes_value) {
 			p.error = "option " + std::string(arg) + " takes no value";
 			return p;
@@ -95,6 +99,13 @@ Parsed parse_args(std::span<const char *const> args)
 				return p;
 			}
 			p.options.peer_cache_seconds = static_cast<unsigned>(n);
+		} else if (arg == "--spin-us") {
+			if (!number(value, 0, MAX_SPIN_US, n)) {
+				p.error = "bad --spin-us '" + std::string(value) + "': 0 to " +
+					  std::to_string(MAX_SPIN_US);
+				return p;
+			}
+			p.options.spin_us = static_cast<unsigned>(n);
 		} else if (arg == "--rdma-device") {
 			if (value.empty() || value.size() > 63) {
 				p.error = "bad --rdma-device '" + std::string(value) + "'";

@@ -20,10 +20,16 @@ constexpr std::uint16_t DEFAULT_PORT = 7471;
 constexpr unsigned DEFAULT_PEER_CACHE_SECONDS = 60;
 // At most a day: a host that gains a daemon is tried again within that.
 constexpr unsigned MAX_PEER_CACHE_SECONDS = 86400;
+// How long the loop goes on polling its carriers after the last round
+// that moved something, before it sleeps: as long as libsd spins in recv
+// (SD_SPIN_US), so that a program and its daemon give up the CPU alike.
+constexpr unsigned DEFAULT_SPIN_US = 200;
+constexpr unsigned MAX_SPIN_US = 10'000'000;
 
 struct Options {
 	std::uint16_t port = DEFAULT_PORT;
 	unsigned peer_cache_seconds = DEFAULT_PEER_CACHE_SECONDS;
+	unsigned spin_us = DEFAULT_SPIN_US;
 	// A C string, empty: found by the session's address.  Fixed size, so
 	// that Options stays trivially destructible (tests/unit, cmocka).
 	std::array<char, 64> rdma_device{};
