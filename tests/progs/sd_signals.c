@@ -302,7 +302,16 @@ static void handler_sends(void)
 	sa.sa_handler = send_marker;
 	sa.sa_flags = SA_RESTART;
 	sigaction(SIGALRM, &sa, NULL);
+	// The reader starts with SIGALRM blocked (a thread inherits the
+	// mask), so the handler runs on the sending thread, as the scenario
+	// means.  Run by the reader, its send could wait for room that only
+	// the reader makes: a deadlock on TCP as on AF_SD.
+	sigset_t alrm, old;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	pthread_sigmask(SIG_BLOCK, &alrm, &old);
 	pthread_create(&t, NULL, check_stream, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	struct itimerval it = {{0, 0}, {0, 2000}};
 	setitimer(ITIMER_REAL, &it, NULL);
 	long done = 0;
