@@ -16,6 +16,13 @@
 // the message size.  Under sdrun, malloc of 16 KiB or more is pool memory
 // that libsd can hand over by remapping (zero copy).
 //
+// The count test runs no peer: one process sends size bytes on one end
+// and receives them on the other, again and again, never waiting (the
+// ring is never empty for the receive nor full for the send).  Under
+// callgrind --toggle-collect='*count_loop*' the instructions it counts,
+// divided by the iterations, are what one send and one receive cost, the
+// same on any machine (bench/guest, Documentation/bench.rst).
+//
 // One JSON object per line on stdout for each measured point (see
 // Documentation/bench.rst); progress on stderr.  bench/run drives it and
 // bench/report.py turns the lines into tables and a plot.
@@ -525,11 +532,86 @@ void json_head(const Options &o, const std::string &via, const char *test, std::
 			    o.rewrite ? "true" : "false");
 }
 
+// Iterations of the count test: a warm-up (the first send makes libsd
+// take the side), then the counted ones.
+constexpr std::uint64_t COUNT_WARM = 1000, COUNT_ITERS = 20000;
+
+// Send and receive size bytes iterations times, tx and rx being the two
+// ends of one stream.  Not inlined: callgrind counts by its name.
+template <typename Tx, typename Rx>
+[[gnu::noinline]] void exchange(Tx &tx, Rx &rx, char *buf, std::size_t size,
+				std::uint64_t iterations)
+{
+	for (std::uint64_t i = 0; i < iterations; i++) {
+		tx.send_all(buf, size);
+		if (!recv_all(rx, buf, size))
+			die("count: end of stream", EPIPE);
+	}
+}
+
+// Only what runs inside count_loop is counted, not the warm-up.
+template <typename Tx, typename Rx>
+[[gnu::noinline]] void warm_up(Tx &tx, Rx &rx, char *buf, std::size_t size)
+{
+	exchange(tx, rx, buf, size, COUNT_WARM);
+}
+
+template <typename Tx, typename Rx>
+[[gnu::noinline]] void count_loop(Tx &tx, Rx &rx, char *buf, std::size_t size)
+{
+	exchange(tx, rx, buf, size, COUNT_ITERS);
+}
+
+template <typename Tx, typename Rx> void count_test(Tx &tx, Rx &rx, std::size_t size)
+{
+	std::vector<char> buf(size, 'x');
+	warm_up(tx, rx, buf.data(), size);
+	count_loop(tx, rx, buf.data(), size);
+}
+
+// The count test: both ends in this process, no peer.
+bool run_count(const Options &o, const std::string &via, std::size_t size)
+{
+	if (via == "shm") {
+		const std::size_t one = sd::layout_len(o.ring_size);
+		void *m = mmap(nullptr, one, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			       -1, 0);
+		sd_ring_offset off{};
+		if (m == MAP_FAILED)
+			die("mmap", errno);
+		if (sd::layout(static_cast<unsigned char *>(m), one, o.ring_size, off))
+			die("ring layout (--ring-size must be a power of two)", EINVAL);
+		{
+			// One ring, written and read here.
+			ShmChan ch(m, off, m, off);
+			count_test(ch, ch, size);
+		}
+		munmap(m, one);
+	} else {
+		int fds[2] = {-1, -1};
+		if (const int err = sock_pair(via, fds)) {
+			json_head(o, via, "count", size);
+			std::printf(", \"skipped\": \"%s\"}\n", std::strerror(err));
+			std::fflush(stdout);
+			return false;
+		}
+		SockChan tx(fds[0]), rx(fds[1]);
+		count_test(tx, rx, size);
+	}
+	json_head(o, via, "count", size);
+	std::printf(", \"warm_up\": %" PRIu64 ", \"iterations\": %" PRIu64 "}\n", COUNT_WARM,
+		    COUNT_ITERS);
+	std::fflush(stdout);
+	return true;
+}
+
 // Runs the child's side in a forked process and the parent's here.
 // Returns false if the transport is not available (a line says why).
 bool run_point(const Options &o, const std::string &via, const std::string &test,
 	       std::size_t size)
 {
+	if (test == "count")
+		return run_count(o, via, size);
 	const int cpu_a = o.cpu_a, cpu_b = o.cpu_b;
 	int fds[2] = {-1, -1};
 	unsigned char *map = nullptr;	// shm: ring 0 at map, ring 1 at map + second
@@ -669,7 +751,9 @@ void usage(FILE *f)
 			"  --transports LIST  of shm, unix, tcp, sd (default: all four)\n"
 			"  --sizes LIST       message sizes in bytes, K and M suffixes\n"
 			"                     (default: $SD_BENCH_SIZES or 8,64,512,4K,64K,1M)\n"
-			"  --tests LIST       of pingpong, stream (default: both)\n"
+			"  --tests LIST       of pingpong, stream, count (default: pingpong,stream;\n"
+			"                     count: one process sends and receives, for\n"
+			"                     callgrind --toggle-collect='*count_loop*')\n"
 			"  --seconds S        per point (default: $SD_BENCH_SECONDS or 1.5)\n"
 			"  --where NAME       label of the machine: guest or host (default: host)\n"
 			"  --label NAME       transport name to print (default: the transport)\n"
@@ -787,7 +871,7 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	for (const auto &t : o.tests)
-		if (t != "pingpong" && t != "stream") {
+		if (t != "pingpong" && t != "stream" && t != "count") {
 			std::fprintf(stderr, "sdbench: unknown test '%s'\n", t.c_str());
 			return 2;
 		}

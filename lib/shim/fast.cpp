@@ -29,16 +29,34 @@
 #include "signals.hpp"
 #include "zcpool.hpp"
 
+#include <linux/futex.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/single_threaded.h>
+#include <sys/syscall.h>
 
 #include <algorithm>
 
 namespace sd::shim::fast {
+
+void SideLock::wait() noexcept
+{
+	// EAGAIN (the word changed) and EINTR (a signal) both mean look
+	// again; errno is the program's.
+	const int saved = errno;
+	(void)real::syscall()(SYS_futex, &word_, FUTEX_WAIT_PRIVATE, 2L, 0L, 0L, 0L);
+	errno = saved;
+}
+
+void SideLock::wake() noexcept
+{
+	const int saved = errno;
+	(void)real::syscall()(SYS_futex, &word_, FUTEX_WAKE_PRIVATE, 1L, 0L, 0L, 0L);
+	errno = saved;
+}
 
 std::atomic<Conn *> conns[MAX_CONNS];
 std::int64_t spin_ns = SPIN_NS;
@@ -84,8 +102,8 @@ Conn *new_conn()
 		return c;
 	c = static_cast<Conn *>(calloc(1, sizeof(Conn)));
 	if (c) {
-		pthread_mutex_init(&c->tx.lock, nullptr);
-		pthread_mutex_init(&c->rx.lock, nullptr);
+		c->tx.lock.reset();
+		c->rx.lock.reset();
 	}
 	return c;
 }
@@ -112,17 +130,17 @@ bool try_unmap(Conn *c)
 {
 	if (in_flight(c) || c->defer_fd.load(std::memory_order_seq_cst) >= 0)
 		return false;
-	if (pthread_mutex_trylock(&c->tx.lock))
+	if (!c->tx.lock.try_lock())
 		return false;
-	if (pthread_mutex_trylock(&c->rx.lock)) {
-		pthread_mutex_unlock(&c->tx.lock);
+	if (!c->rx.lock.try_lock()) {
+		c->tx.lock.unlock();
 		return false;
 	}
 	munmap(c->tx_map, c->off.tx.mmap_len);
 	munmap(c->rx_map, c->off.rx.mmap_len);
 	c->tx_map = c->rx_map = nullptr;
-	pthread_mutex_unlock(&c->rx.lock);
-	pthread_mutex_unlock(&c->tx.lock);
+	c->rx.lock.unlock();
+	c->tx.lock.unlock();
 	return true;
 }
 
@@ -194,8 +212,8 @@ Conn *get(int fd)
 	}
 	// A reused Conn may still be locked for a moment by a thread that
 	// is about to find it is not its own any more.
-	pthread_mutex_lock(&c->tx.lock);
-	pthread_mutex_lock(&c->rx.lock);
+	c->tx.lock.lock();
+	c->rx.lock.lock();
 	c->fd = fd;
 	c->tx_map = tx;
 	c->rx_map = rx;
@@ -209,8 +227,8 @@ Conn *get(int fd)
 	c->wr_shut.store(false, std::memory_order_relaxed);
 	init_side(c->tx, tx, off.tx, true);
 	init_side(c->rx, rx, off.rx, false);
-	pthread_mutex_unlock(&c->rx.lock);
-	pthread_mutex_unlock(&c->tx.lock);
+	c->rx.lock.unlock();
+	c->tx.lock.unlock();
 
 	Conn *none = nullptr;
 	if (!conns[fd].compare_exchange_strong(none, c, std::memory_order_acq_rel)) {
@@ -451,21 +469,21 @@ std::uint32_t acquire(Conn *c, Side &s, bool prod)
 // The threads of this process take turns on a side.  Always taken, even
 // while glibc's __libc_single_threaded says there is one thread: a thread
 // made by a raw clone() leaves it set.  Uncontended, it costs an atomic
-// exchange each way.
-void lock_side(Side &s)
+// instruction each way.
+inline void lock_side(Side &s)
 {
-	if (pthread_mutex_trylock(&s.lock)) {
+	if (!s.lock.try_lock()) [[unlikely]] {
 		// Another thread's call holds it, maybe for a long sleep for
 		// room: wait with signals delivered as they come (nothing is
 		// held here), as a call waiting for the socket in the kernel.
 		sig::Open open;
-		pthread_mutex_lock(&s.lock);
+		s.lock.lock();
 	}
 }
 
-void unlock_side(Side &s)
+inline void unlock_side(Side &s)
 {
-	pthread_mutex_unlock(&s.lock);
+	s.lock.unlock();
 }
 
 // Start a call as the owner (lib/token.hpp).
@@ -800,6 +818,10 @@ bool fast_send(int fd, const iovec *iov, int iovcnt, int flags, ssize_t *result,
 	}
 	end(s);
 	unlock_side(s);
+	if (done == want && stop == Stop::NONE) [[likely]] {
+		*result = static_cast<ssize_t>(done);
+		return true;
+	}
 	if (send_result(fd, done, n, stop, result))
 		return true;
 	return kernel_path(fd, true, kernel, result);
@@ -997,8 +1019,8 @@ void after_fork_child()
 		Conn *c = slot.load(std::memory_order_relaxed);
 		if (!c)
 			continue;
-		pthread_mutex_init(&c->tx.lock, nullptr);
-		pthread_mutex_init(&c->rx.lock, nullptr);
+		c->tx.lock.reset();
+		c->rx.lock.reset();
 		c->tx.calls.store(0, std::memory_order_relaxed);
 		c->rx.calls.store(0, std::memory_order_relaxed);
 		c->tx.busy = c->rx.busy = 0;	/* the parent's calls are its own */
@@ -1019,8 +1041,8 @@ void after_fork_child()
 	}
 	for (Conn *list : {spare, zombies})
 		for (Conn *c = list; c; c = c->next_spare) {
-			pthread_mutex_init(&c->tx.lock, nullptr);
-			pthread_mutex_init(&c->rx.lock, nullptr);
+			c->tx.lock.reset();
+			c->rx.lock.reset();
 			c->tx.calls.store(0, std::memory_order_relaxed);
 			c->rx.calls.store(0, std::memory_order_relaxed);
 		}
@@ -1358,11 +1380,11 @@ bool sd_hook_fcntl(int fd, int cmd, void *arg, int *result) noexcept
 		c->nonblock.store(fl & O_NONBLOCK, std::memory_order_relaxed);
 		c->async.store(fl & O_ASYNC, std::memory_order_relaxed);
 		if (fl & O_ASYNC) {
-			pthread_mutex_lock(&c->rx.lock);
+			c->rx.lock.lock();
 			if (c->still(fd))
 				__atomic_fetch_or(c->rx.cons_flags, SD_RING_READER_WAIT,
 						  __ATOMIC_SEQ_CST);
-			pthread_mutex_unlock(&c->rx.lock);
+			c->rx.lock.unlock();
 		}
 	}
 	(void)result;

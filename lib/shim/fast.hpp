@@ -29,9 +29,52 @@ constexpr int YIELDS = 8;
 
 constexpr unsigned MAX_CONNS = 1U << 16;
 
+// The lock by which the threads of this process take turns on a side: a
+// word on a futex, 0 free, 1 held, 2 held with a thread perhaps asleep
+// for it (the mutex of Drepper's "Futexes Are Tricky").  Uncontended,
+// lock and unlock are one atomic instruction each and no call.  Zero is
+// free (a Conn comes from calloc); reset() frees it in a fork's child,
+// where the thread that held it does not exist.
+class SideLock {
+public:
+	bool try_lock() noexcept
+	{
+		std::uint32_t free = 0;
+		return word_.compare_exchange_strong(free, 1, std::memory_order_acquire,
+						     std::memory_order_relaxed);
+	}
+	// Sleeps while another thread holds it; a signal's handler may run
+	// meanwhile, if the caller opened a region for it (sig::Open).
+	void lock() noexcept
+	{
+		std::uint32_t c = 0;
+		if (word_.compare_exchange_strong(c, 1, std::memory_order_acquire,
+						  std::memory_order_relaxed))
+			return;
+		if (c != 2)
+			c = word_.exchange(2, std::memory_order_acquire);
+		while (c) {
+			wait();
+			c = word_.exchange(2, std::memory_order_acquire);
+		}
+	}
+	void unlock() noexcept
+	{
+		if (word_.exchange(0, std::memory_order_release) == 2) [[unlikely]]
+			wake();
+	}
+	void reset() noexcept { word_.store(0, std::memory_order_relaxed); }
+
+private:
+	void wait() noexcept;		// FUTEX_WAIT while the word is 2
+	void wake() noexcept;		// FUTEX_WAKE one
+	std::atomic<std::uint32_t> word_;
+};
+static_assert(sizeof(SideLock) == 4 && std::atomic<std::uint32_t>::is_always_lock_free);
+
 // One direction of a connection as this process drives it.
 struct Side {
-	pthread_mutex_t lock;		// the threads of this process
+	SideLock lock;			// the threads of this process
 	// Data calls in flight on this side (CallRef), from the hook's start
 	// to its end, the kernel's path included: a close() of the fd while
 	// one is in flight is carried out when the last one is out.

@@ -78,7 +78,7 @@ int ring_events(int fd, unsigned want)
 	// mapped (a close of fd unmaps them only when no call is inside).  A
 	// thread of ours busy on the side: let the kernel say.
 	Side &rs = c->rx;
-	if (pthread_mutex_trylock(&rs.lock))
+	if (!rs.lock.try_lock())
 		return -1;
 	int got = -1;
 	// The end of either stream, a reset, an error: HUP, RDHUP, ERR are
@@ -115,7 +115,7 @@ int ring_events(int fd, unsigned want)
 		Side &ts = c->tx;
 		std::int64_t room = -1;
 
-		if (pthread_mutex_trylock(&ts.lock)) {
+		if (!ts.lock.try_lock()) {
 			got = -1;
 			goto out;
 		}
@@ -125,14 +125,14 @@ int ring_events(int fd, unsigned want)
 			if (used <= ts.size && ts.ours())
 				room = static_cast<std::int64_t>(ts.size - used);
 		}
-		pthread_mutex_unlock(&ts.lock);
+		ts.lock.unlock();
 		if (room < 0)
 			got = -1;
 		else if (static_cast<std::uint64_t>(room) >= std::max(ts.size / 4, TX_MIN_SPACE))
 			got |= EV_OUT;
 	}
 out:
-	pthread_mutex_unlock(&rs.lock);
+	rs.lock.unlock();
 	return got;
 }
 

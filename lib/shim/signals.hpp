@@ -159,13 +159,10 @@ template <typename R, typename Hook> bool ask(R &r, Restart how, Hook &&hook) no
 		now.ran = false;
 		now.ran_no_restart = false;
 		bool done;
-		int err;
 		{
 			Section s;
 			done = hook();
-			err = errno;
-		} // the deferred handlers run here, errno kept
-		errno = err;
+		} // the deferred handlers run here (run_pending() keeps errno)
 		if (!done || !now.interrupted)
 			return done;
 		if (r != static_cast<R>(-1))
