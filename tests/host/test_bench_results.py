@@ -40,6 +40,14 @@ def stream(where, transport, size, rate, via=None, **extra):
             "mb_per_s": rate * size / 1e6}
 
 
+def count(transport, via, instructions):
+    """sdbench's count line as bench/guest completes it with callgrind's
+    total."""
+    return {"where": "guest", "transport": transport, "via": via, "test": "count",
+            "size": 8, "pinned": True, "warm_up": 1000, "iterations": 20000,
+            "instructions": instructions}
+
+
 def write(path, records):
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
 
@@ -69,6 +77,8 @@ def make_raw(raw, run=True):
               stream("guest", "shm@1", 8, 5e5, via="shm"),
               ping("guest", "libsd@1", 8, 2.4, via="sd"),
               stream("guest", "libsd@1", 8, 4.5e5, via="sd"),
+              count("shm", "shm", 11_460_000),
+              count("libsd", "sd", 23_100_000),
               {"meta": {"where": "guest", "zerocopy_threshold": 16384}},
               stream("guest", "libsd-zc", 1 << 20, 3000.0, via="sd", buffers="malloc",
                      rewrite=False, malloc_aligned=True),
@@ -128,8 +138,14 @@ def test_results_md_and_the_kept_file(tmp_path):
                 "| 1 | 2 | 2.4 | 1.20× |",                     # a paired round
                 "| guest | libsd, zero copy |",
                 "| sockperf | ping-pong 64 B | latency_us |",
-                "| AF_SD over RDMA (sockperf under sdrun, sdlinkd on both guests) | 700 | 1.17× |"):
+                "| AF_SD over RDMA (sockperf under sdrun, sdlinkd on both guests) | 700 | 1.17× |",
+                "| shm ring | 573 |",                          # instructions
+                "| libsd | 1155 |"):
         assert row in md, row
+    assert "libsd takes **2.02×** the ring's instructions (target ≤ 1.3×: not met)" in md
+    # The paired round's 1.20× meets the 1.2× round-trip target; its 90 %
+    # the 85 % throughput target.
+    assert "**1.20×** (target ≤ 1.2×: met)" in md and "(target ≥ 85 %: met)" in md
     assert "## Host: natively, no module" in md and "## Guest: QEMU TCG, 2 vCPUs" in md
 
     kept = tmp_path / "results" / "2026-11-30-lab1.md"
@@ -198,3 +214,30 @@ def test_real_sdbench_lines(tmp_path):
         cpu = json.loads(f.readline())["meta"]["cpu_model"]
     assert f"\n- CPU: {cpu}, " in md
     assert len(list((tmp_path / "results").glob("*-here.md"))) == 1
+
+
+def test_instruction_counts(tmp_path):
+    """The instruction target: met at or below 1.3x the ring's; a count
+    that failed is said, and no verdict is given without both counts."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write(raw / "guest.jsonl", [sdbench_meta("guest", "6.1.0-28-amd64", "QEMU"),
+                                ping("guest", "shm", 8, 2.0),
+                                count("shm", "shm", 10_000_000),
+                                count("libsd", "sd", 13_000_000)])
+    report("--out", tmp_path / "out", raw)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "libsd takes **1.30×** the ring's instructions (target ≤ 1.3×: met)" in md
+    c = json.loads((tmp_path / "out" / "results.json").read_text())["instructions"]
+    assert (c["shm"], c["libsd"], c["met"]) == (500, 650, True)
+
+    write(raw / "guest.jsonl", [sdbench_meta("guest", "6.1.0-28-amd64", "QEMU"),
+                                ping("guest", "shm", 8, 2.0),
+                                count("shm", "shm", 10_000_000),
+                                {"where": "guest", "transport": "libsd", "via": "sd",
+                                 "test": "count", "failed": "valgrind: no such file"}])
+    report("--out", tmp_path / "out", raw)
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "**Failed: guest libsd: valgrind: no such file**" in md
+    assert "instructions (target" not in md
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["instructions"] is None
