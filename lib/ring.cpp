@@ -415,11 +415,6 @@ int Producer::prepare_wait() noexcept
 	return 1;
 }
 
-bool Producer::take_wake() noexcept
-{
-	return std::exchange(wake_, false);
-}
-
 // ---- consumer ------------------------------------------------------------
 
 Consumer::Consumer(void *base, const sd_ring_offset &off, std::uint64_t head) noexcept
@@ -742,11 +737,6 @@ int Consumer::prepare_wait() noexcept
 		return 1;
 	clear_reader_wait();
 	return ret == -ECONNRESET ? ret : 0;
-}
-
-bool Consumer::take_wake() noexcept
-{
-	return std::exchange(wake_, false);
 }
 
 } // namespace sd

@@ -44,6 +44,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <utility>
 
 namespace sd {
 
@@ -122,7 +123,7 @@ public:
 	int prepare_wait() noexcept;
 
 	// True once if a write or fin found the reader asleep: wake it.
-	bool take_wake() noexcept;
+	bool take_wake() noexcept { return std::exchange(wake_, false); }
 
 	std::uint64_t tail() const noexcept { return tail_; }
 	int error() const noexcept { return err_; }
@@ -206,7 +207,7 @@ public:
 	int prepare_wait() noexcept;
 
 	// True once if publishing credit found the writer asleep: wake it.
-	bool take_wake() noexcept;
+	bool take_wake() noexcept { return std::exchange(wake_, false); }
 
 	std::uint64_t head() const noexcept { return head_; }
 	std::uint32_t rec_off() const noexcept { return rec_off_; }

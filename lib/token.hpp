@@ -32,18 +32,14 @@ public:
 	// another owner's mark.  The locked add is also the full barrier
 	// between it and the token load, which pairs with the kernel's
 	// token store, barrier, busy load.
+	//
+	// The common case, the side still ours, is inline: a locked add, a
+	// load and a compare.  Anything else goes out of line.
 	template <typename Acquire> bool begin(Acquire &&acquire) noexcept
 	{
-		for (int tries = 0; tries < 2; tries++) {
-			if (!token_ && !(token_ = acquire()))
-				return false;
-			__atomic_fetch_add(busy_, 1, __ATOMIC_SEQ_CST);
-			if (__atomic_load_n(word_, __ATOMIC_RELAXED) == token_)
-				return true;
-			__atomic_fetch_sub(busy_, 1, __ATOMIC_RELEASE);
-			token_ = 0;		// taken back: ask again
-		}
-		return false;
+		if (token_) [[likely]]
+			return mark() || begin_slow(acquire, 1);
+		return begin_slow(acquire, 2);
 	}
 
 	// End a call begun with begin() (release: the call's stores, the
@@ -64,6 +60,33 @@ public:
 	std::uint32_t token() const noexcept { return token_; }
 
 private:
+	// Add our 1 to busy and check that the token is still ours; if not,
+	// take the 1 back and forget the token.
+	bool mark() noexcept
+	{
+		__atomic_fetch_add(busy_, 1, __ATOMIC_SEQ_CST);
+		if (__atomic_load_n(word_, __ATOMIC_RELAXED) == token_)
+			return true;
+		__atomic_fetch_sub(busy_, 1, __ATOMIC_RELEASE);
+		token_ = 0;		// taken back: ask again
+		return false;
+	}
+
+	// Ask the kernel, at most tries times: a token taken back between
+	// its answer and our mark is asked for once more, one found taken
+	// back at the start of a call once.
+	template <typename Acquire>
+	[[gnu::noinline]] bool begin_slow(Acquire &acquire, int tries) noexcept
+	{
+		while (tries--) {
+			if (!(token_ = acquire()))
+				return false;
+			if (mark())
+				return true;
+		}
+		return false;
+	}
+
 	std::uint32_t *word_ = nullptr;
 	std::uint32_t *busy_ = nullptr;
 	std::uint32_t token_ = 0;	// ours; 0: not ours
