@@ -76,6 +76,7 @@ struct sd_zc_queue {
 struct sd_ring_pages {
 	refcount_t	ref;
 	unsigned int	nr;		/* header page and data pages */
+	atomic_t	present;	/* entries not NULL */
 	struct page	*page[];
 };
 
@@ -396,6 +397,7 @@ struct sock *sd_sk_alloc(struct net *net, struct socket *sock, int kern);
 /* sd_ring.c */
 int sd_ring_alloc(struct sd_ring *ring, u32 size);
 void sd_ring_free(struct sd_ring *ring);
+u32 sd_ring_pages_present(const struct sd_ring *ring);
 struct sd_ring_hdr *sd_ring_hdr(const struct sd_ring *ring);
 int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 		  size_t *done);

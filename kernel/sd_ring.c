@@ -99,6 +99,7 @@ static struct page *sd_ring_page_get(struct sd_ring_pages *rp, unsigned int i,
 		__free_page(page);
 		return old;
 	}
+	atomic_inc(&rp->present);
 	return page;
 }
 
@@ -168,6 +169,12 @@ void sd_ring_free(struct sd_ring *ring)
 	put_pid(ring->cons_owner);
 	sd_ring_pages_put(ring->pages);
 	ring->pages = NULL;
+}
+
+/* Pages of the ring in memory, the header page included (lockless). */
+u32 sd_ring_pages_present(const struct sd_ring *ring)
+{
+	return atomic_read(&ring->pages->present);
 }
 
 void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
