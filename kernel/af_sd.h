@@ -65,11 +65,25 @@ struct sd_zc_queue {
  * ring's pages, which user space may write at any time: read every shared
  * field once, and check it.
  */
+/*
+ * A ring's pages: the header page, allocated with the ring, then the data
+ * pages, each NULL until first touched (by the kernel's producer, or by a
+ * fault in a mapping).  A page, once there, stays until the last reference
+ * goes: the ring holds one, and so does every mapping of it, which may
+ * outlive the ring.  Lockless: an entry is published with cmpxchg() and
+ * read with smp_load_acquire().
+ */
+struct sd_ring_pages {
+	refcount_t	ref;
+	unsigned int	nr;		/* header page and data pages */
+	atomic_t	present;	/* entries not NULL */
+	struct page	*page[];
+};
+
 struct sd_ring {
-	struct page	**pages;
+	struct sd_ring_pages *pages;
 	unsigned int	nr_pages;
-	void		*vaddr;		/* vmap of all pages */
-	u8		*data;		/* the data area */
+	void		*vaddr;		/* the header page */
 	u32		size;		/* bytes in the data area (power of 2) */
 
 	/* Producer state: the producing endpoint's socket lock. */
@@ -383,6 +397,7 @@ struct sock *sd_sk_alloc(struct net *net, struct socket *sock, int kern);
 /* sd_ring.c */
 int sd_ring_alloc(struct sd_ring *ring, u32 size);
 void sd_ring_free(struct sd_ring *ring);
+u32 sd_ring_pages_present(const struct sd_ring *ring);
 struct sd_ring_hdr *sd_ring_hdr(const struct sd_ring *ring);
 int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 		  size_t *done);

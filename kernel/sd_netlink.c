@@ -171,7 +171,11 @@ static int sd_fill_sock(struct sk_buff *skb, struct netlink_callback *cb,
 		    nla_put_u32(skb, SD_A_SOCK_TX_FILL, sd_ring_fill(tx, true)) ||
 		    nla_put_u32(skb, SD_A_SOCK_RX_FILL, sd_ring_fill(rx, false)) ||
 		    nla_put_u32(skb, SD_A_SOCK_TX_SIZE, tx->size) ||
-		    nla_put_u32(skb, SD_A_SOCK_RX_SIZE, rx->size))
+		    nla_put_u32(skb, SD_A_SOCK_RX_SIZE, rx->size) ||
+		    nla_put_u32(skb, SD_A_SOCK_TX_PAGES,
+				sd_ring_pages_present(tx)) ||
+		    nla_put_u32(skb, SD_A_SOCK_RX_PAGES,
+				sd_ring_pages_present(rx)))
 			goto cancel;
 	}
 	genlmsg_end(skb, hdr);

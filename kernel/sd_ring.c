@@ -17,7 +17,6 @@
 #include <linux/sched/signal.h>
 #include <linux/slab.h>
 #include <linux/uio.h>
-#include <linux/vmalloc.h>
 
 #include "af_sd.h"
 
@@ -65,9 +64,76 @@ u32 sd_ring_get_flags(struct sd_ring *ring, unsigned int off)
 	return READ_ONCE(*sd_flags_word(ring, off));
 }
 
-int sd_ring_alloc(struct sd_ring *ring, u32 size)
+/*
+ * The page at index @i (0: the header page), or NULL if it has not been
+ * touched yet.  Lockless: a page may appear at any time (a fault in a
+ * mapping), never go while @rp is referenced.  The acquire pairs with the
+ * cmpxchg() that published the page, so its zeroed contents are seen.
+ */
+static struct page *sd_ring_page(struct sd_ring_pages *rp, unsigned int i)
+{
+	/* Pairs with the cmpxchg() in sd_ring_page_get(). */
+	return smp_load_acquire(&rp->page[i]);
+}
+
+/*
+ * The page at index @i, allocated (zeroed, charged with @gfp to the
+ * caller's memory cgroup) if it is not there yet; NULL if that fails.
+ * Whoever loses the race for an empty entry frees its own page and takes
+ * the winner's.  Lockless.
+ */
+static struct page *sd_ring_page_get(struct sd_ring_pages *rp, unsigned int i,
+				     gfp_t gfp)
+{
+	struct page *page = sd_ring_page(rp, i);
+	struct page *old;
+
+	if (page)
+		return page;
+	page = alloc_page(gfp | __GFP_ZERO);
+	if (!page)
+		return NULL;
+	/* Full barrier: the zeroed page before the pointer to it. */
+	old = cmpxchg(&rp->page[i], NULL, page);
+	if (old) {
+		__free_page(page);
+		return old;
+	}
+	atomic_inc(&rp->present);
+	return page;
+}
+
+static struct sd_ring_pages *sd_ring_pages_new(unsigned int nr)
+{
+	struct sd_ring_pages *rp;
+
+	rp = kvzalloc(struct_size(rp, page, nr), SD_RING_GFP);
+	if (!rp)
+		return NULL;
+	refcount_set(&rp->ref, 1);
+	rp->nr = nr;
+	return rp;
+}
+
+static void sd_ring_pages_put(struct sd_ring_pages *rp)
 {
 	unsigned int i;
+
+	if (!refcount_dec_and_test(&rp->ref))
+		return;
+	for (i = 0; i < rp->nr; i++)
+		if (rp->page[i])
+			put_page(rp->page[i]);
+	kvfree(rp);
+}
+
+/*
+ * A ring costs its header page and the page array at first; data pages
+ * come as they are touched (sd_ring_data_get() and sd_ring_fault()).
+ */
+int sd_ring_alloc(struct sd_ring *ring, u32 size)
+{
+	struct page *hdr;
 
 	memset(ring, 0, sizeof(*ring));
 	sd_zc_queue_init(&ring->zq);
@@ -76,29 +142,19 @@ int sd_ring_alloc(struct sd_ring *ring, u32 size)
 		return -EINVAL;
 
 	ring->nr_pages = 1 + size / PAGE_SIZE;
-	ring->pages = kvcalloc(ring->nr_pages, sizeof(*ring->pages),
-			       SD_RING_GFP);
+	ring->pages = sd_ring_pages_new(ring->nr_pages);
 	if (!ring->pages)
 		return -ENOMEM;
-
-	for (i = 0; i < ring->nr_pages; i++) {
-		ring->pages[i] = alloc_page(SD_RING_GFP | __GFP_ZERO);
-		if (!ring->pages[i])
-			goto err_pages;
-	}
-
-	ring->vaddr = vmap(ring->pages, ring->nr_pages, VM_MAP, PAGE_KERNEL);
-	if (!ring->vaddr)
+	hdr = sd_ring_page_get(ring->pages, 0, SD_RING_GFP);
+	if (!hdr)
 		goto err_pages;
-
-	ring->data = (u8 *)ring->vaddr + PAGE_SIZE;
+	/* Lowmem (no __GFP_HIGHMEM): the kernel's address of the page. */
+	ring->vaddr = page_address(hdr);
 	ring->size = size;
 	return 0;
 
 err_pages:
-	while (i--)
-		__free_page(ring->pages[i]);
-	kvfree(ring->pages);
+	sd_ring_pages_put(ring->pages);
 	ring->pages = NULL;
 	return -ENOMEM;
 }
@@ -106,18 +162,19 @@ err_pages:
 /* Pages still mapped by user space live on until they are unmapped. */
 void sd_ring_free(struct sd_ring *ring)
 {
-	unsigned int i;
-
 	sd_zc_queue_purge(&ring->zq);
 	if (!ring->pages)
 		return;
-	vunmap(ring->vaddr);
 	put_pid(ring->prod_owner);
 	put_pid(ring->cons_owner);
-	for (i = 0; i < ring->nr_pages; i++)
-		put_page(ring->pages[i]);
-	kvfree(ring->pages);
+	sd_ring_pages_put(ring->pages);
 	ring->pages = NULL;
+}
+
+/* Pages of the ring in memory, the header page included (lockless). */
+u32 sd_ring_pages_present(const struct sd_ring *ring)
+{
+	return atomic_read(&ring->pages->present);
 }
 
 void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
@@ -136,10 +193,68 @@ void sd_ring_offsets(const struct sd_ring *ring, struct sd_ring_offset *off)
 	off->cons_lowat = offsetof(struct sd_ring_hdr, cons_lowat);
 }
 
+/* ---- mappings ------------------------------------------------------------ */
+
+/*
+ * Every mapping of a ring holds its page array (vm_private_data): a
+ * mapping that outlives the connection keeps the pages it can reach, and
+ * a fault in it after the ring is freed is served from the same array.
+ * open() runs for every copy of a mapping (fork, mremap, a split), close()
+ * for every end of one.
+ */
+static void sd_ring_vm_open(struct vm_area_struct *vma)
+{
+	struct sd_ring_pages *rp = vma->vm_private_data;
+
+	refcount_inc(&rp->ref);
+}
+
+static void sd_ring_vm_close(struct vm_area_struct *vma)
+{
+	sd_ring_pages_put(vma->vm_private_data);
+}
+
+/*
+ * A page of a ring mapping touched for the first time.  The page index
+ * comes from the file offset, so a mapping split by munmap or mprotect
+ * finds its pages.  The allocation is charged to the faulting task's
+ * memory cgroup as anonymous memory is (no __GFP_NORETRY: at the limit the
+ * cgroup reclaims or its OOM handling runs, as for any page a process
+ * touches); if it still fails, the fault is VM_FAULT_OOM, for this
+ * process only.  The pte takes a reference of its own.
+ */
+static vm_fault_t sd_ring_fault(struct vm_fault *vmf)
+{
+	struct sd_ring_pages *rp = vmf->vma->vm_private_data;
+	pgoff_t i = vmf->pgoff;
+	struct page *page;
+
+	if (i >= SD_PGOFF_RX_RING >> PAGE_SHIFT)
+		i -= SD_PGOFF_RX_RING >> PAGE_SHIFT;
+	if (i >= rp->nr)
+		return VM_FAULT_SIGBUS;
+	page = sd_ring_page_get(rp, i, GFP_KERNEL_ACCOUNT | __GFP_NOWARN);
+	if (!page)
+		return VM_FAULT_OOM;
+	get_page(page);
+	vmf->page = page;
+	return 0;
+}
+
+static const struct vm_operations_struct sd_ring_vm_ops = {
+	.open	= sd_ring_vm_open,
+	.close	= sd_ring_vm_close,
+	.fault	= sd_ring_fault,
+};
+
+/*
+ * Map a ring: shared only (a private copy would let a process write what
+ * it may not), exactly its length, never grown (mremap), never dumped.
+ * Pages are faulted in as they are touched.
+ */
 int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma)
 {
 	unsigned long len = vma->vm_end - vma->vm_start;
-	unsigned long nr = len >> PAGE_SHIFT;
 
 	if (!(vma->vm_flags & VM_SHARED))
 		return -EINVAL;
@@ -147,7 +262,128 @@ int sd_ring_mmap(struct sd_ring *ring, struct vm_area_struct *vma)
 		return -EINVAL;
 
 	vma->vm_flags |= VM_DONTEXPAND | VM_DONTDUMP;
-	return vm_insert_pages(vma, vma->vm_start, ring->pages, &nr);
+	vma->vm_ops = &sd_ring_vm_ops;
+	vma->vm_private_data = ring->pages;
+	refcount_inc(&ring->pages->ref);
+	return 0;
+}
+
+/* ---- the data area, page by page ----------------------------------------- */
+
+/*
+ * The data area is not mapped as a whole in the kernel: every access goes
+ * through these, one page at a time.  @off is an offset in the data area;
+ * a header (8-byte aligned) never crosses a page, a payload may.
+ */
+
+/* The kernel's address of data byte @off, or NULL if its page is absent. */
+static void *sd_ring_at(struct sd_ring *ring, u32 off)
+{
+	struct page *page = sd_ring_page(ring->pages, 1 + off / PAGE_SIZE);
+
+	return page ? page_address(page) + offset_in_page(off) : NULL;
+}
+
+/* Header word at @off: 0 (empty) while its page has not been touched. */
+static u64 sd_ring_load_word(struct sd_ring *ring, u32 off)
+{
+	u64 *word = sd_ring_at(ring, off);
+
+	return word ? READ_ONCE(*word) : 0;
+}
+
+/* The same, acquiring (rule 1). */
+static u64 sd_ring_load_acquire(struct sd_ring *ring, u32 off)
+{
+	u64 *word = sd_ring_at(ring, off);
+
+	/* Pairs with the producer's release of the header. */
+	return word ? smp_load_acquire(word) : 0;
+}
+
+/*
+ * Producer: make the pages of bytes [@off, @off + @len) of the data area
+ * present.  -ENOMEM if one cannot be allocated (those already allocated
+ * stay: they are the ring's).
+ */
+static int sd_ring_data_get(struct sd_ring *ring, u32 off, u32 len)
+{
+	unsigned int i, last;
+
+	if (!len)
+		return 0;
+	last = 1 + (off + len - 1) / PAGE_SIZE;
+	for (i = 1 + off / PAGE_SIZE; i <= last; i++)
+		if (!sd_ring_page_get(ring->pages, i, SD_RING_GFP))
+			return -ENOMEM;
+	return 0;
+}
+
+/*
+ * Producer: copy from the iterator to present pages (sd_ring_data_get()).
+ * Returns the bytes copied, short if the source faulted.
+ */
+static size_t sd_ring_copy_in(struct sd_ring *ring, u32 off, size_t len,
+			      struct iov_iter *from)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		size_t chunk = min_t(size_t, len - done,
+				     PAGE_SIZE - offset_in_page(off));
+		void *to = sd_ring_at(ring, off);
+		size_t n;
+
+		if (WARN_ON_ONCE(!to))
+			break;
+		n = copy_from_iter(to, chunk, from);
+		done += n;
+		off += n;
+		if (n < chunk)
+			break;
+	}
+	return done;
+}
+
+/*
+ * Consumer: copy to the iterator.  A page never touched holds zeros: they
+ * are what is copied (a producer that wrote a header over a payload it
+ * never wrote gets those), without allocating.  Returns the bytes copied.
+ */
+static size_t sd_ring_copy_out(struct sd_ring *ring, u32 off, size_t len,
+			       struct iov_iter *to)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		size_t chunk = min_t(size_t, len - done,
+				     PAGE_SIZE - offset_in_page(off));
+		void *from = sd_ring_at(ring, off);
+		size_t n;
+
+		n = from ? copy_to_iter(from, chunk, to) :
+			   iov_iter_zero(chunk, to);
+		done += n;
+		off += n;
+		if (n < chunk)
+			break;
+	}
+	return done;
+}
+
+/* Zero bytes of the data area; an absent page is zero already. */
+static void sd_ring_zero(struct sd_ring *ring, u32 off, size_t len)
+{
+	while (len) {
+		size_t chunk = min_t(size_t, len,
+				     PAGE_SIZE - offset_in_page(off));
+		void *at = sd_ring_at(ring, off);
+
+		if (at)
+			memset(at, 0, chunk);
+		off += chunk;
+		len -= chunk;
+	}
 }
 
 /*
@@ -181,19 +417,24 @@ u32 sd_ring_space_hint(struct sd_ring *ring)
 	return ring->size - (u32)(tail - credit);
 }
 
+/* The header's page is present (sd_ring_data_get()). */
 static void sd_rec_publish(struct sd_ring *ring, u32 off, u32 len, u32 flags)
 {
+	u64 *hdr = sd_ring_at(ring, off);
 	u64 word = (u64)flags << 32 | len;
 
+	if (WARN_ON_ONCE(!hdr))
+		return;
 	/* Rule 1: the payload is written; now the header, releasing it. */
-	smp_store_release((u64 *)(ring->data + off), word);
+	smp_store_release(hdr, word);
 }
 
 /*
  * Producer: append up to len bytes from the iterator as records.  Writes as
  * much as fits and returns 0 with *done set (possibly 0: the ring is full),
- * -EFAULT if the user buffer faulted before anything was written, or
- * -EPROTO if the credit in the ring is corrupt.
+ * -EFAULT if the user buffer faulted before anything was written, -ENOMEM
+ * if a page of the ring could not be allocated before anything was
+ * written, or -EPROTO if the credit in the ring is corrupt.
  */
 int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 		  size_t *done)
@@ -218,6 +459,8 @@ int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 			/* Too little left before the end: pad it. */
 			if (space < to_end)
 				break;
+			if (sd_ring_data_get(ring, off, SD_REC_HDR_LEN))
+				return *done ? 0 : -ENOMEM;
 			sd_rec_publish(ring, off, to_end - SD_REC_HDR_LEN,
 				       SD_REC_VALID | SD_REC_PAD);
 			ring->tail += to_end;
@@ -229,16 +472,18 @@ int sd_ring_write(struct sd_ring *ring, struct iov_iter *from, size_t len,
 		if (room < SD_REC_MIN_SPACE)
 			break;
 		chunk = min_t(size_t, len, room - SD_REC_HDR_LEN);
-		copied = copy_from_iter(ring->data + off + SD_REC_HDR_LEN,
-					chunk, from);
+		if (sd_ring_data_get(ring, off, SD_REC_HDR_LEN + chunk))
+			return *done ? 0 : -ENOMEM;
+		copied = sd_ring_copy_in(ring, off + SD_REC_HDR_LEN, chunk,
+					 from);
 		if (copied < chunk) {
 			/*
 			 * A fault may leave bytes past what was counted;
 			 * the area the producer has not claimed must stay
 			 * zero (the next header goes there).
 			 */
-			memset(ring->data + off + SD_REC_HDR_LEN + copied, 0,
-			       chunk - copied);
+			sd_ring_zero(ring, off + SD_REC_HDR_LEN + copied,
+				     chunk - copied);
 		}
 		if (!copied)
 			return *done ? 0 : -EFAULT;
@@ -279,8 +524,11 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 	 */
 	if (pos - credit >= ring->size)
 		return 0;
-	/* Rule 1: acquire the header, then the payload may be read. */
-	word = smp_load_acquire((u64 *)(ring->data + off));
+	/*
+	 * Rule 1: acquire the header, then the payload may be read.  A page
+	 * not touched yet is empty.
+	 */
+	word = sd_ring_load_acquire(ring, off);
 	if (!word)
 		return 0;
 
@@ -307,14 +555,16 @@ static int sd_rec_get(struct sd_ring *ring, u64 pos, u64 credit, u32 *len,
 
 /*
  * The payload of the zero-copy record at @off: its handle and the stream
- * bytes it stands for (1 to SD_ZC_MAX, else -EPROTO).  Read once.
+ * bytes it stands for (1 to SD_ZC_MAX, else -EPROTO).  Read once, a field
+ * at a time: the payload may cross a page, its aligned fields do not.
  */
 static int sd_zc_rec_get(struct sd_ring *ring, u32 off, u64 *seq, u32 *len)
 {
-	struct sd_zc_rec *zr = (void *)(ring->data + off + SD_REC_HDR_LEN);
+	u32 at = off + SD_REC_HDR_LEN;
+	u32 *lenp = sd_ring_at(ring, at + offsetof(struct sd_zc_rec, len));
 
-	*seq = READ_ONCE(zr->seq);
-	*len = READ_ONCE(zr->len);
+	*seq = sd_ring_load_word(ring, at + offsetof(struct sd_zc_rec, seq));
+	*len = lenp ? READ_ONCE(*lenp) : 0;
 	return *len && *len <= SD_ZC_MAX ? 0 : -EPROTO;
 }
 
@@ -363,7 +613,7 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 		hlen = rlen;
 		if (rflags & SD_REC_PAD) {
 			if (!peek)
-				memset(ring->data + off, 0, SD_REC_SPACE(rlen));
+				sd_ring_zero(ring, off, SD_REC_SPACE(rlen));
 			pos += SD_REC_SPACE(rlen);
 			continue;
 		}
@@ -389,16 +639,16 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 				break;
 			}
 			n = min_t(size_t, rlen - roff, len - *done);
-			copied = copy_to_iter(ring->data + off + SD_REC_HDR_LEN +
-					      roff, n, to);
+			copied = sd_ring_copy_out(ring, off + SD_REC_HDR_LEN +
+						  roff, n, to);
 			/*
 			 * Rule 2 for a record left half read: its bytes up
 			 * to rec_off are zero, so that whoever finishes it
 			 * (libsd too) need clear only from there on.
 			 */
 			if (!peek)
-				memset(ring->data + off + SD_REC_HDR_LEN + roff,
-				       0, copied);
+				sd_ring_zero(ring, off + SD_REC_HDR_LEN + roff,
+					     copied);
 		}
 		*done += copied;
 		roff += copied;
@@ -414,11 +664,16 @@ int sd_ring_read(struct sd_ring *ring, struct net *net, struct iov_iter *to,
 			 * the alignment after the payload are left).
 			 */
 			if (!peek && rflags & SD_REC_ZC) {
-				memset(ring->data + off, 0, SD_REC_SPACE(hlen));
+				sd_ring_zero(ring, off, SD_REC_SPACE(hlen));
 			} else if (!peek) {
-				WRITE_ONCE(*(u64 *)(ring->data + off), 0);
-				memset(ring->data + off + SD_REC_HDR_LEN + hlen, 0,
-				       SD_REC_SPACE(hlen) - SD_REC_HDR_LEN - hlen);
+				u64 *hdr = sd_ring_at(ring, off);
+
+				/* Present: its header was not 0. */
+				if (hdr)
+					WRITE_ONCE(*hdr, 0);
+				sd_ring_zero(ring, off + SD_REC_HDR_LEN + hlen,
+					     SD_REC_SPACE(hlen) -
+					     SD_REC_HDR_LEN - hlen);
 			}
 			pos += SD_REC_SPACE(hlen);
 			roff = 0;
@@ -594,7 +849,7 @@ static int sd_take_prod(struct sd_ring *ring)
 	    credit - ring->credit > pos - ring->credit || pos - credit > ring->size)
 		return -EPROTO;
 	if (pos - credit < ring->size &&
-	    READ_ONCE(*(u64 *)(ring->data + (pos & (ring->size - 1)))))
+	    sd_ring_load_word(ring, pos & (ring->size - 1)))
 		return -EPROTO;
 	ring->tail = pos;
 	ring->credit = credit;

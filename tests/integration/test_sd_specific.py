@@ -538,6 +538,10 @@ def test_privileged_ports_need_the_capability(no_leak):
 # ---- memory and module lifetime -----------------------------------------
 
 def test_rings_are_charged_to_the_memory_cgroup(no_leak):
+    """A ring's header page is charged at connect, its data pages to the
+    task whose send first writes them: at the cgroup's limit a send gets
+    ENOMEM (the allocation does not call the OOM killer) and the process
+    lives on."""
     cg = "/sys/fs/cgroup/sdtest"
     with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
         f.write("+memory")
@@ -546,32 +550,36 @@ def test_rings_are_charged_to_the_memory_cgroup(no_leak):
         with open(cg + "/memory.max", "w") as f:
             f.write(str(16 << 20))
         probe = textwrap.dedent("""
-            import os, sys
+            import errno, os, socket, sys
             sys.path.insert(0, %r)
             from sdsock import Family
+            buf = b"x" * (128 << 10)
             with open(%r + "/cgroup.procs", "w") as f:
                 f.write(str(os.getpid()))
             sd = Family("sd")
             lst, port = sd.listener(backlog=4096)
-            keep, err = [], None
-            while len(keep) < 2000:
+            keep = []
+            for _ in range(200):
                 c = sd.socket()
-                r = sd.connect(c, "127.0.0.1", port)
-                if r != "OK":
-                    err = r
-                    break
-                keep.append(c)
-            # The cgroup is full to the page now: a write to a pipe or
+                if sd.connect(c, "127.0.0.1", port) != "OK":
+                    os._exit(254)
+                keep.append((c, sd.accept(lst)))
+            # 200 idle connections fit; 200 full rings (25 MiB) do not.
+            # The cgroup is full to the page then: a write to a pipe or
             # an open would need a page of it.  The exit status says it.
-            os._exit(len(keep) if err == "ENOMEM" and len(keep) < 250
-                     else 255)
+            for i, (c, _) in enumerate(keep):
+                try:
+                    c.send(buf, socket.MSG_DONTWAIT)
+                except OSError as e:
+                    os._exit(i // 4 if e.errno == errno.ENOMEM else 253)
+            os._exit(255)
         """) % (os.path.dirname(os.path.abspath(__file__)), cg)
         out = subprocess.run([sys.executable, "-c", probe],
                              capture_output=True, text=True, timeout=300)
-        # 256 KiB of rings per connection against 16 MiB: it must stop
-        # early, with ENOMEM, and the process must survive (no OOM kill,
-        # which would be -9).
-        assert 5 < out.returncode < 64, (out.returncode, out.stderr)
+        # 128 KiB of ring per send against 16 MiB: it must stop early,
+        # with ENOMEM, and the process must survive (no OOM kill, which
+        # would be -9).
+        assert 5 < out.returncode < 50, (out.returncode, out.stderr)
     finally:
         wait_for(lambda: not open(cg + "/cgroup.procs").read().strip())
         os.rmdir(cg)

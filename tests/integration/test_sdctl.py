@@ -196,6 +196,29 @@ def test_sockets_count_bytes_and_ring_fill(no_leak):
             x.close()
 
 
+def test_sockets_show_the_pages_each_ring_has(no_leak):
+    """A ring starts as its header page; the kernel's producer adds the
+    data pages it writes, the consumer none; both ends see the same
+    ring."""
+    c, s, lst = SD.pair()
+    try:
+        socks = sdjson("sockets")
+        client, server = by_inode(socks, c), by_inode(socks, s)
+        assert client["tx_pages"] == client["rx_pages"] == 1
+        assert server["tx_pages"] == server["rx_pages"] == 1
+        c.sendall(b"x" * 10000)         # a header and 10000 bytes: 3 pages
+        got = b""
+        while len(got) < 10000:
+            got += s.recv(10000 - len(got))
+        socks = sdjson("sockets")
+        client, server = by_inode(socks, c), by_inode(socks, s)
+        assert client["tx_pages"] == server["rx_pages"] == 4
+        assert client["rx_pages"] == server["tx_pages"] == 1
+    finally:
+        for x in (c, s, lst):
+            x.close()
+
+
 def test_sockets_ipv6(no_leak):
     c, s, lst = SD.pair("::1")
     port = sockname(lst)[1]

@@ -107,7 +107,8 @@ void init_policies()
 		attr_policy[a].type = NLA_U8;
 	attr_policy[SD_A_SOCK_FAMILY].type = NLA_U16;
 	for (const int a : {SD_A_SOCK_UID, SD_A_SOCK_PID, SD_A_SOCK_TX_FILL, SD_A_SOCK_RX_FILL,
-			    SD_A_SOCK_TX_SIZE, SD_A_SOCK_RX_SIZE, SD_A_LISTEN_BACKLOG,
+			    SD_A_SOCK_TX_SIZE, SD_A_SOCK_RX_SIZE, SD_A_SOCK_TX_PAGES,
+			    SD_A_SOCK_RX_PAGES, SD_A_LISTEN_BACKLOG,
 			    SD_A_LISTEN_QUEUED, SD_A_LISTEN_GROUP, SD_A_RULE_ID, SD_A_RULE_POSITION,
 			    SD_A_RULE_UID_MIN, SD_A_RULE_UID_MAX, SD_A_RULE_GID_MIN, SD_A_RULE_GID_MAX})
 		attr_policy[a].type = NLA_U32;
@@ -483,6 +484,8 @@ std::vector<SockInfo> Netlink::sockets()
 		s.rx_fill = u32(tb[SD_A_SOCK_RX_FILL]);
 		s.tx_size = u32(tb[SD_A_SOCK_TX_SIZE]);
 		s.rx_size = u32(tb[SD_A_SOCK_RX_SIZE]);
+		s.tx_pages = u32(tb[SD_A_SOCK_TX_PAGES]);
+		s.rx_pages = u32(tb[SD_A_SOCK_RX_PAGES]);
 		out.push_back(std::move(s));
 	};
 	talk(x);

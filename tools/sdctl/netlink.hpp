@@ -57,6 +57,7 @@ struct SockInfo {
 	std::optional<std::uint8_t> fallback;	// SD_FALLBACK_*
 	std::uint64_t tx_bytes = 0, rx_bytes = 0, tx_msgs = 0, rx_msgs = 0;
 	std::uint32_t tx_fill = 0, rx_fill = 0, tx_size = 0, rx_size = 0;
+	std::uint32_t tx_pages = 0, rx_pages = 0;	/* in memory */
 };
 
 // SD_CMD_LISTENER_GET: one listening socket.

@@ -121,6 +121,8 @@ int show(const Options &opt, Args args)
 		out.field(Key::json_only("tx_size"), s.tx_size);
 		out.field(Key::json_only("rx_fill"), s.rx_fill);
 		out.field(Key::json_only("rx_size"), s.rx_size);
+		out.field(Key::json_only("tx_pages"), s.tx_pages);
+		out.field(Key::json_only("rx_pages"), s.rx_pages);
 		out.end_row();
 	}
 	out.end_list();

@@ -397,7 +397,10 @@ struct sd_zc_recv {
  *     SD_A_SOCK_TX_BYTES, SD_A_SOCK_RX_BYTES, SD_A_SOCK_TX_MSGS,
  *     SD_A_SOCK_RX_MSGS u64 (through the kernel's path),
  *     SD_A_SOCK_TX_FILL, SD_A_SOCK_RX_FILL, SD_A_SOCK_TX_SIZE,
- *     SD_A_SOCK_RX_SIZE u32 (bytes in use and size of each ring)
+ *     SD_A_SOCK_RX_SIZE u32 (bytes in use and size of each ring),
+ *     SD_A_SOCK_TX_PAGES, SD_A_SOCK_RX_PAGES u32 (pages of each ring in
+ *     memory, its header page included: data pages come as they are
+ *     first touched)
  *   SD_CMD_LISTENER_GET    dump: one message per listening socket
  *     SD_A_SOCK_INODE, SD_A_SOCK_FAMILY, SD_A_SOCK_LOCAL, SD_A_SOCK_UID,
  *     SD_A_SOCK_PID, SD_A_LISTEN_BACKLOG u32, SD_A_LISTEN_QUEUED u32,
@@ -516,6 +519,8 @@ enum sd_attr {
 	SD_A_KEY_FPR,		/* binary[SD_KEY_FPR_LEN] */
 	SD_A_MODULE_VERSION,	/* string */
 	SD_A_FEATURES,		/* u64: mask of 1 << SD_FEATURE_* */
+	SD_A_SOCK_TX_PAGES,	/* u32: pages of the TX ring in memory */
+	SD_A_SOCK_RX_PAGES,	/* u32: pages of the RX ring in memory */
 	__SD_A_MAX,
 };
 
