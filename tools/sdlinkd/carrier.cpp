@@ -347,7 +347,8 @@ int Carrier::map_rings() noexcept
 	const sd_ring_offset &t = off_.tx, &r = off_.rx;
 	if (sd::check_ring(tx, t) || sd::check_ring(rx, r) || !pow2_size(t.size) ||
 	    !pow2_size(r.size) || !field_ok(t.prod_pos, 8, t) || !field_ok(t.prod_token, 4, t) ||
-	    !field_ok(r.cons_pos, 8, r) || !field_ok(r.cons_off, 4, r) ||
+	    !field_ok(t.cons_pos, 8, t) || !field_ok(r.cons_pos, 8, r) ||
+	    !field_ok(r.cons_off, 4, r) ||
 	    !field_ok(r.cons_token, 4, r))
 		return -EINVAL;
 	auto *tb = static_cast<unsigned char *>(tx);
@@ -358,6 +359,7 @@ int Carrier::map_rings() noexcept
 	tx_prod_flags_ = reinterpret_cast<std::uint32_t *>(tb + t.prod_flags);
 	tx_cons_flags_ = reinterpret_cast<std::uint32_t *>(tb + t.cons_flags);
 	tx_prod_pos_ = reinterpret_cast<std::uint64_t *>(tb + t.prod_pos);
+	tx_cons_pos_ = reinterpret_cast<std::uint64_t *>(tb + t.cons_pos);
 	tx_side_.token_word = reinterpret_cast<std::uint32_t *>(tb + t.prod_token);
 	rx_data_ = rb + r.data;
 	size_ = r.size;
@@ -629,9 +631,13 @@ void Carrier::on_imm(std::uint32_t v) noexcept
 			return;
 		}
 		// Our program closed: as TCP's RST to data after a close; not
-		// for records it read before we took in their immediate.
+		// for records it read before we took in their immediate.  What
+		// it read is its credit, or further on the read position a
+		// libsd owner publishes at every call (its credit goes out
+		// only every so often); the program's own word, trusted only
+		// to spare its own connection the reset.
 		if (mapped() && (load_acquire(tx_cons_flags_) & SD_RING_CLOSED) &&
-		    static_cast<std::int64_t>(load_acquire(tx_consumer_) - (tail_ + n)) < 0) {
+		    static_cast<std::int64_t>(program_read() - (tail_ + n)) < 0) {
 			fail(-ECONNRESET, true, "data for a program that closed");
 			return;
 		}
@@ -777,8 +783,16 @@ bool Carrier::forward() noexcept
 			std::uint64_t word = load_acquire(hdr(pos));
 			if (!word) {
 				// Rule 5: FIN after the last header; look again.
-				if ((load_acquire(rx_prod_flags_) & SD_RING_FIN) &&
-				    !load_acquire(hdr(pos)))
+				// The kernel sets RESET before FIN in this word:
+				// with it, the end is a reset, never a FIN.
+				const std::uint32_t pf = load_acquire(rx_prod_flags_);
+				if (pf & SD_RING_RESET) {
+					leave(rx_side_);
+					fail(-ECONNRESET, true,
+					     "the kernel reset the connection");
+					return true;
+				}
+				if ((pf & SD_RING_FIN) && !load_acquire(hdr(pos)))
 					fin = true;
 				break;
 			}

@@ -219,6 +219,14 @@ private:
 		return sq_used_ + wrs + keep <= SQ_DEPTH;
 	}
 	bool mapped() const noexcept { return rx_map_ != nullptr; }
+	// How far our program read its receive ring: its credit, or its
+	// published read position when that is further (mapped() only).
+	std::uint64_t program_read() const noexcept
+	{
+		const std::uint64_t c = __atomic_load_n(tx_consumer_, __ATOMIC_ACQUIRE);
+		const std::uint64_t r = __atomic_load_n(tx_cons_pos_, __ATOMIC_ACQUIRE);
+		return static_cast<std::int64_t>(r - c) > 0 ? r : c;
+	}
 	void post_recv() noexcept;
 	int hdr_check(std::uint64_t word, std::uint64_t pos, std::uint64_t *space,
 		      bool *pad) const noexcept;
@@ -250,6 +258,7 @@ private:
 	std::uint32_t *rx_prod_flags_ = nullptr, *rx_cons_flags_ = nullptr;
 	std::uint32_t *tx_prod_flags_ = nullptr, *tx_cons_flags_ = nullptr;
 	std::uint64_t *rx_cons_pos_ = nullptr, *tx_prod_pos_ = nullptr;
+	std::uint64_t *tx_cons_pos_ = nullptr;	// the program's read position (a hint)
 	std::uint32_t *rx_cons_off_ = nullptr;
 	std::uint64_t size_ = 0;	// of the send ring (RX)
 	std::uint64_t tx_size_ = 0;	// of the receive ring (TX)
